@@ -1,0 +1,367 @@
+"""The values that travel between specmon's parts.
+
+Collectors (`sources/`), the load generator (`load/`), the analysis (`analysis/`), the
+recorder (`session/`) and the two front ends (the Textual app in `tui/` and the headless
+printer) speak only in these plain dataclasses. Nothing here imports Textual.
+
+Convention: a value that is not known is ``None``, never a made-up 0. The CSV writer turns
+``None`` into an empty cell.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# --------------------------------------------------------------------------------------------
+# Static description of one server ("arm")
+
+
+@dataclass
+class ArmSpec:
+    """What the user asked for: a name and where the server answers."""
+
+    name: str
+    url: str  # base URL, e.g. http://127.0.0.1:30000 (no trailing slash)
+    api_key_env: Optional[str] = None  # name of the env var holding the key; the key itself is never stored
+    launched: bool = False  # True when specmon started this server (launch mode / demo)
+    pid: Optional[int] = None  # server process id when local and known
+
+
+@dataclass
+class ArmInfo:
+    """What the server says about itself (from /server_info); filled in once it answers."""
+
+    model: Optional[str] = None
+    served_model_name: Optional[str] = None
+    version: Optional[str] = None
+    tp_size: Optional[int] = None
+    speculative_algorithm: Optional[str] = None  # None = no speculation
+    speculative_num_steps: Optional[int] = None
+    speculative_eagle_topk: Optional[int] = None
+    speculative_num_draft_tokens: Optional[int] = None
+    speculative_draft_model_path: Optional[str] = None
+    kv_cache_dtype: Optional[str] = None
+    quantization: Optional[str] = None
+    mem_fraction_static: Optional[float] = None
+    max_total_tokens: Optional[int] = None  # the flag (None = sized by memory)
+    kv_capacity_tokens: Optional[int] = None  # the pool SGLang actually allocated (max_total_num_tokens)
+    max_running_requests: Optional[int] = None  # effective running-batch cap
+    chunked_prefill_size: Optional[int] = None
+    context_length: Optional[int] = None
+    enable_metrics: Optional[bool] = None
+    decode_log_interval: Optional[int] = None
+    weight_gb: Optional[float] = None
+    kv_cache_gb: Optional[float] = None
+    graph_gb: Optional[float] = None
+    # Simulated seconds per wall second. 1.0 for a real server; `specmon sim --speed X` reports X
+    # in /server_info as "sim_speed". Client-side durations are multiplied by it and client-side
+    # rates divided by it, so a sped-up demo shows the times the simulated GPU would show.
+    time_scale: float = 1.0
+
+    @property
+    def speculative(self) -> Optional[bool]:
+        if self.model is None and self.speculative_algorithm is None:
+            return None  # not known yet
+        return self.speculative_algorithm is not None
+
+    def server_args(self) -> dict[str, Any]:
+        """The server settings that matter, as written to session.json (never the API key)."""
+        return {
+            "model": self.model,
+            "speculative_algorithm": self.speculative_algorithm,
+            "speculative_num_steps": self.speculative_num_steps,
+            "speculative_eagle_topk": self.speculative_eagle_topk,
+            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
+            "speculative_draft_model_path": self.speculative_draft_model_path,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "quantization": self.quantization,
+            "mem_fraction_static": self.mem_fraction_static,
+            "max_total_tokens": self.max_total_tokens,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "max_running_requests": self.max_running_requests,
+            "tp_size": self.tp_size,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# GPU and host readings
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    name: Optional[str]
+    used_bytes: Optional[int]  # None when the driver does not say (virtualised GPUs, containers)
+
+
+@dataclass
+class GpuReading:
+    index: int
+    name: Optional[str]
+    uuid: Optional[str]
+    mem_used_bytes: Optional[int]
+    mem_total_bytes: Optional[int]
+    util_pct: Optional[float]
+    power_w: Optional[float]
+    temp_c: Optional[float]
+    processes: Optional[list[GpuProcess]] = None  # None = the driver refused to list them
+
+
+@dataclass
+class GpuSnapshot:
+    """One NVML reading of every GPU on this host."""
+
+    ts: float
+    available: bool
+    reason: Optional[str] = None  # why NVML is unavailable, e.g. "no NVIDIA driver (libnvidia-ml.so.1 not found)"
+    driver_version: Optional[str] = None
+    gpus: list[GpuReading] = field(default_factory=list)
+
+
+@dataclass
+class HostReading:
+    ts: float
+    cpu_pct: Optional[float]
+    mem_used_bytes: Optional[int]
+    mem_total_bytes: Optional[int]
+    server_rss_bytes: Optional[int] = None  # only when the server process is local and known
+    server_cpu_pct: Optional[float] = None
+
+
+# --------------------------------------------------------------------------------------------
+# One scrape of one arm
+
+
+@dataclass
+class Sample:
+    """One reading of one arm at one tick. Columns of samples.csv come from here."""
+
+    ts: float
+    arm: str
+    up: bool
+    state: str = "up"  # up | starting | down | refused | timeout | unauthorized | error | failed
+    reason: Optional[str] = None  # human words for a state other than "up"
+    source: Optional[str] = None  # "metrics" | "loads" | "log": which live source filled the values
+    running_reqs: Optional[int] = None
+    queued_reqs: Optional[int] = None
+    kv_used_tokens: Optional[int] = None
+    kv_capacity_tokens: Optional[int] = None
+    kv_usage: Optional[float] = None
+    gen_tok_s: Optional[float] = None
+    accept_length: Optional[float] = None  # None also when speculation is off (see spec_enabled)
+    accept_rate: Optional[float] = None
+    spec_enabled: Optional[bool] = None
+    ttft_p50_s: Optional[float] = None
+    ttft_p90_s: Optional[float] = None
+    ttft_p99_s: Optional[float] = None
+    queue_time_p50_s: Optional[float] = None
+    queue_time_mean_s: Optional[float] = None  # mean server queue time over the window
+    ttft_mean_s: Optional[float] = None  # mean server TTFT over the window
+    itl_mean_s: Optional[float] = None
+    requests_finished_total: Optional[float] = None
+    server_restarted: bool = False  # a counter went backwards since the previous scrape
+    gpu_mem_used_bytes: Optional[int] = None
+    gpu_mem_total_bytes: Optional[int] = None
+    gpu_power_w: Optional[float] = None
+    offered_concurrency: Optional[int] = None
+    level: Optional[int] = None  # index of the ramp level (0-based), None outside a ramp
+    scrape_s: Optional[float] = None  # how long the scrape took
+
+
+# The contract columns of samples.csv, in order (design.md), then our additions.
+SAMPLE_COLUMNS = [
+    "ts", "arm", "up", "running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens",
+    "kv_usage", "gen_tok_s", "accept_length", "accept_rate", "ttft_p50_s", "ttft_p90_s",
+    "gpu_mem_used_bytes", "gpu_mem_total_bytes", "gpu_power_w", "offered_concurrency", "level",
+    # additions (after the contract columns so scripts that index by position keep working)
+    "state", "reason", "source", "ttft_p99_s", "queue_time_p50_s", "queue_time_mean_s",
+    "ttft_mean_s", "itl_mean_s", "server_restarted", "scrape_s", "marker",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Load: one request, one level
+
+
+@dataclass
+class RequestRecord:
+    """One request the ramp sent, timed on the client. Columns of requests.csv."""
+
+    arm: str
+    level: int
+    offered_concurrency: int
+    request_id: str
+    t_scheduled: float  # wall clock (time.time()) when the ramp wanted to send it
+    t_start: float  # wall clock when the request was sent
+    ttft_s: Optional[float] = None  # first token (not first byte) after t_start
+    e2e_s: Optional[float] = None
+    prompt_tokens: Optional[int] = None  # as the server counted them
+    output_tokens: Optional[int] = None
+    itl_mean_s: Optional[float] = None
+    itl_p99_s: Optional[float] = None
+    tpot_s: Optional[float] = None  # (e2e - ttft) / (output_tokens - 1)
+    spec_verify_ct: Optional[int] = None
+    accept_length: Optional[float] = None  # output_tokens / spec_verify_ct
+    first_byte_s: Optional[float] = None
+    queue_time_s: Optional[float] = None  # server-side, from meta_info when --enable-metrics
+    chunks: Optional[int] = None
+    in_window: bool = True  # False when it started in the settle window of its level
+    status: str = "ok"  # ok | error | timeout | cancelled
+    error: Optional[str] = None
+
+
+REQUEST_COLUMNS = [
+    "arm", "level", "offered_concurrency", "request_id", "t_start", "ttft_s", "e2e_s",
+    "prompt_tokens", "output_tokens", "itl_mean_s", "itl_p99_s", "spec_verify_ct", "status", "error",
+    # additions
+    "t_scheduled", "first_byte_s", "tpot_s", "accept_length", "queue_time_s", "chunks", "in_window",
+]
+
+
+@dataclass
+class LevelResult:
+    """One arm at one ramp level. Columns of levels.csv."""
+
+    arm: str
+    level: int
+    offered_concurrency: int
+    achieved_concurrency: Optional[float] = None
+    duration_s: Optional[float] = None
+    ok: int = 0
+    failed: int = 0
+    output_tok_s: Optional[float] = None
+    per_user_tok_s: Optional[float] = None
+    ttft_p50_s: Optional[float] = None
+    ttft_p90_s: Optional[float] = None
+    ttft_p99_s: Optional[float] = None
+    ttft_mean_s: Optional[float] = None
+    tpot_p50_s: Optional[float] = None
+    itl_p50_s: Optional[float] = None
+    itl_p99_s: Optional[float] = None
+    e2e_mean_s: Optional[float] = None
+    accept_length: Optional[float] = None
+    queue_time_p50_s: Optional[float] = None
+    kv_usage_max: Optional[float] = None
+    running_mean: Optional[float] = None  # server running requests, mean over the window
+    queued_mean: Optional[float] = None
+    queued_share: Optional[float] = None  # share of samples with queued > 5% of C
+    littles_law_ratio: Optional[float] = None  # completions/s x mean e2e / C: ~1 in a valid closed loop
+    valid: bool = True
+    invalid_reason: Optional[str] = None
+    knee: Optional[str] = None  # "plateau" | "queueing" on the level where a knee is confirmed
+
+
+LEVEL_COLUMNS = [
+    "arm", "offered_concurrency", "achieved_concurrency", "duration_s", "ok", "failed",
+    "output_tok_s", "per_user_tok_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
+    "itl_p50_s", "itl_p99_s", "accept_length", "queue_time_p50_s", "kv_usage_max", "knee",
+    # additions
+    "level", "ttft_mean_s", "e2e_mean_s", "running_mean", "queued_mean", "queued_share",
+    "littles_law_ratio", "valid", "invalid_reason",
+]
+
+
+@dataclass
+class RampPlan:
+    levels: list[int]
+    input_len: int = 1024
+    output_len: int = 256
+    level_duration_s: Optional[float] = 60.0
+    requests_per_level: Optional[int] = None
+    settle_s: float = 5.0
+    seed: int = 42
+    dataset: Optional[str] = None
+    category: Optional[str] = None
+    tokenizer: Optional[str] = None
+    flush_cache: bool = False
+    restart_between_levels: bool = False
+    timeout_s: float = 600.0
+
+
+# --------------------------------------------------------------------------------------------
+# Events: what the live session tells its front end (TUI or headless), in order.
+# Functional tests assert on the sequence of these.
+
+
+@dataclass
+class Event:
+    ts: float = field(default_factory=time.time, kw_only=True)
+
+
+@dataclass
+class ArmInfoUpdated(Event):
+    arm: str
+    info: ArmInfo
+    source: Optional[str] = None  # "metrics" | "loads"
+
+
+@dataclass
+class SamplesTick(Event):
+    """One tick: a Sample for every arm, the GPU and host readings of this tick."""
+
+    samples: list[Sample]
+    gpus: Optional[GpuSnapshot] = None
+    host: Optional[HostReading] = None
+
+
+@dataclass
+class ArmPhase(Event):
+    """Launch mode: a startup phase of a launched server (loading weights, KV pool, graphs, ready, failed)."""
+
+    arm: str
+    phase: str
+    detail: Optional[str] = None
+
+
+@dataclass
+class LogLine(Event):
+    arm: str
+    line: str
+
+
+@dataclass
+class LevelStarted(Event):
+    level: int
+    offered_concurrency: int
+    planned_s: Optional[float]
+    levels_total: int
+
+
+@dataclass
+class LevelProgress(Event):
+    level: int
+    elapsed_s: float
+    planned_s: Optional[float]
+    done_requests: dict[str, int]  # per arm
+    eta_s: Optional[float] = None  # whole ramp
+
+
+@dataclass
+class LevelFinished(Event):
+    level: int
+    results: list[LevelResult]  # one per arm
+
+
+@dataclass
+class KneeCalled(Event):
+    arm: str
+    definition: str  # "plateau" | "queueing" | "predicted"
+    concurrency: Optional[float]
+    detail: str
+
+
+@dataclass
+class RampFinished(Event):
+    reason: str  # "done" | "cancelled" | "error: ..."
+
+
+@dataclass
+class Marker(Event):
+    label: str
+
+
+@dataclass
+class SessionEnded(Event):
+    reason: str
