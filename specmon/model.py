@@ -150,6 +150,7 @@ class Sample:
     kv_capacity_tokens: Optional[int] = None
     kv_usage: Optional[float] = None
     gen_tok_s: Optional[float] = None
+    gen_tok_s_gauge: Optional[float] = None  # SGLang's own gen_throughput gauge (last decode log window)
     accept_length: Optional[float] = None  # None also when speculation is off (see spec_enabled)
     accept_rate: Optional[float] = None
     spec_enabled: Optional[bool] = None
@@ -168,6 +169,8 @@ class Sample:
     offered_concurrency: Optional[int] = None
     level: Optional[int] = None  # index of the ramp level (0-based), None outside a ramp
     scrape_s: Optional[float] = None  # how long the scrape took
+    server_rss_bytes: Optional[int] = None  # server process tree, when local
+    server_cpu_pct: Optional[float] = None  # server process tree, % of one core, when local
 
 
 # The contract columns of samples.csv, in order (design.md), then our additions.
@@ -178,6 +181,7 @@ SAMPLE_COLUMNS = [
     # additions (after the contract columns so scripts that index by position keep working)
     "state", "reason", "source", "ttft_p99_s", "queue_time_p50_s", "queue_time_mean_s",
     "ttft_mean_s", "itl_mean_s", "server_restarted", "scrape_s", "marker",
+    "gen_tok_s_gauge", "spec_enabled", "requests_finished_total", "server_rss_bytes", "server_cpu_pct",
 ]
 
 
@@ -251,6 +255,11 @@ class LevelResult:
     valid: bool = True
     invalid_reason: Optional[str] = None
     knee: Optional[str] = None  # "plateau" | "queueing" on the level where a knee is confirmed
+    # added by LOAD: inputs of the queueing knee and of the queueing-TTFT call
+    queue_time_mean_s: Optional[float] = None  # server queue time per request, mean (meta_info or histogram)
+    capped_share: Optional[float] = None  # share of samples with running at the cap or KV >= 95 %
+    queue_ttft_share: Optional[float] = None  # mean queue time / mean TTFT
+    ttft_note: Optional[str] = None  # e.g. "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill" when queue > 50 %
 
 
 LEVEL_COLUMNS = [
@@ -260,6 +269,7 @@ LEVEL_COLUMNS = [
     # additions
     "level", "ttft_mean_s", "e2e_mean_s", "running_mean", "queued_mean", "queued_share",
     "littles_law_ratio", "valid", "invalid_reason",
+    "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
 ]
 
 

@@ -1,0 +1,152 @@
+"""The headless front end: the same LiveSession as the TUI, printed as plain lines on stdout.
+
+One compact line per tick (all arms), a line per server self-description, knee call, level
+start, marker and session end, and the per-level table when a level finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+from specmon.model import (
+    ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
+    Sample, SamplesTick, SessionEnded,
+)
+
+
+def _n(v: Optional[float], fmt: str = "{:.0f}", unknown: str = "-") -> str:
+    return unknown if v is None else fmt.format(v)
+
+
+def arm_cell(s: Sample) -> str:
+    if not s.up:
+        return f"{s.arm}: {s.state.upper()} ({s.reason or 'no reason given'})"
+    parts = [f"{s.arm}: run {_n(s.running_reqs)} q {_n(s.queued_reqs)}",
+             f"kv {_n(None if s.kv_usage is None else s.kv_usage * 100, '{:.1f}%')}",
+             f"{_n(s.gen_tok_s)} tok/s"]
+    if s.spec_enabled is not False:
+        parts.append(f"acc {_n(s.accept_length, '{:.2f}')}")
+    parts.append(f"ttft p50 {_n(s.ttft_p50_s, '{:.2f}s')} p90 {_n(s.ttft_p90_s, '{:.2f}s')}")
+    if s.gpu_mem_used_bytes is not None and s.gpu_mem_total_bytes:
+        parts.append(f"gpu {s.gpu_mem_used_bytes / 2**30:.1f}/{s.gpu_mem_total_bytes / 2**30:.0f} GiB")
+    if s.gpu_power_w is not None:
+        parts.append(f"{s.gpu_power_w:.0f} W")
+    if s.state != "up":
+        parts.append(f"[{s.state}: {s.reason}]")
+    elif s.server_restarted:
+        parts.append("[server restarted]")
+    if s.source == "loads":
+        parts.append("(/v1/loads)")
+    return " ".join(parts)
+
+
+def tick_line(tick: SamplesTick, t0: float) -> str:
+    head = time.strftime("%H:%M:%S", time.localtime(tick.ts))
+    level = next((s for s in tick.samples if s.offered_concurrency is not None), None)
+    if level is not None:
+        head += f" L{level.level} C={level.offered_concurrency}"
+    gpu = ""
+    if tick.gpus is not None and not tick.gpus.available:
+        gpu = ""  # said once at start, not on every line
+    return head + "  " + "  |  ".join(arm_cell(s) for s in tick.samples) + gpu
+
+
+def info_line(e: ArmInfoUpdated) -> str:
+    i = e.info
+    spec = "no speculation"
+    if i.speculative_algorithm:
+        spec = (f"{i.speculative_algorithm} {i.speculative_num_steps}/{i.speculative_eagle_topk}/"
+                f"{i.speculative_num_draft_tokens}")
+    scale = f", sim speed x{i.time_scale:g}" if i.time_scale != 1.0 else ""
+    pool = f"{i.kv_capacity_tokens:,}" if i.kv_capacity_tokens is not None else "?"
+    return (f"{e.arm}: {i.model or '?'} (sglang {i.version or '?'}), {spec}, KV pool {pool} tok, "
+            f"cap {i.max_running_requests if i.max_running_requests is not None else '?'} req, "
+            f"kv {i.kv_cache_dtype or 'auto'}{scale}; live source {e.source or '?'}")
+
+
+def level_table(e: LevelFinished) -> str:
+    cols = [("arm", "{}"), ("C", "{}"), ("ok", "{}"), ("fail", "{}"), ("tok/s", "{:.0f}"),
+            ("tok/s/user", "{:.1f}"), ("ttft p50", "{:.2f}"), ("ttft p90", "{:.2f}"), ("acc len", "{:.2f}"),
+            ("kv max", "{:.0%}"), ("knee", "{}")]
+    rows = []
+    for r in e.results:
+        vals = [r.arm, r.offered_concurrency, r.ok, r.failed, r.output_tok_s, r.per_user_tok_s, r.ttft_p50_s,
+                r.ttft_p90_s, r.accept_length, r.kv_usage_max, r.knee]
+        rows.append(["-" if v is None else f.format(v) for v, (_, f) in zip(vals, cols)])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
+    out = [f"level {e.level} finished", "  ".join(h.rjust(w) for (h, _), w in zip(cols, widths))]
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+class HeadlessPrinter:
+    def __init__(self, out: TextIO = sys.stdout):
+        self.out = out
+        self.t0 = time.time()
+        self._gpu_said = False
+
+    def __call__(self, e: Event) -> None:
+        line = self.render(e)
+        if line:
+            print(line, file=self.out, flush=True)
+
+    def render(self, e: Event) -> Optional[str]:
+        if isinstance(e, SamplesTick):
+            line = tick_line(e, self.t0)
+            if not self._gpu_said and e.gpus is not None:
+                self._gpu_said = True
+                gpu = (f"{len(e.gpus.gpus)} GPU(s), driver {e.gpus.driver_version}" if e.gpus.available
+                       else e.gpus.reason or "NVML unavailable")
+                line = f"gpu: {gpu}\n{line}"
+            return line
+        if isinstance(e, ArmInfoUpdated):
+            return info_line(e)
+        if isinstance(e, KneeCalled):
+            c = "?" if e.concurrency is None else f"{e.concurrency:g}"
+            return f"knee [{e.definition}] {e.arm}: ~{c} concurrent requests ({e.detail})"
+        if isinstance(e, LevelStarted):
+            planned = f", {e.planned_s:g} s" if e.planned_s else ""
+            return f"level {e.level + 1}/{e.levels_total}: concurrency {e.offered_concurrency}{planned}"
+        if isinstance(e, LevelFinished):
+            return level_table(e)
+        if isinstance(e, RampFinished):
+            return f"ramp finished: {e.reason}"
+        if isinstance(e, ArmPhase):
+            return f"{e.arm}: {e.phase}" + (f" ({e.detail})" if e.detail else "")
+        if isinstance(e, Marker):
+            return f"mark: {e.label}"
+        if isinstance(e, SessionEnded):
+            return f"session ended: {e.reason}"
+        return None
+
+
+def run_headless(live: Any, duration_s: Optional[float] = None, out: TextIO = sys.stdout) -> str:
+    """Run `live` until `duration_s` passes, the ramp ends, or SIGINT/SIGTERM; returns the exit reason."""
+    printer = HeadlessPrinter(out)
+
+    async def main() -> str:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        def stop_because(why: str) -> None:
+            if not stop.is_set():
+                live.stop_reason = why
+                stop.set()
+
+        for sig, why in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")):
+            try:
+                loop.add_signal_handler(sig, stop_because, why)
+            except (NotImplementedError, RuntimeError):
+                pass
+        if duration_s is not None:
+            loop.call_later(duration_s, stop_because, "duration reached")
+        return await live.run(printer, stop)
+
+    reason = asyncio.run(main())
+    out_dir = getattr(live, "out_dir", None)
+    if out_dir is not None and getattr(live, "recorder", None) is not None:
+        print(f"recorded in {out_dir}", file=out, flush=True)
+    return reason

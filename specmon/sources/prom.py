@@ -1,0 +1,127 @@
+"""One parsed scrape of SGLang's /metrics, indexed by metric name without the `sglang` prefix.
+
+SGLang exposes `sglang:<name>` for a plain GET but `sglang_<name>` on sample lines when the
+client negotiates OpenMetrics with underscore escaping, while HELP/TYPE keep the colon
+(sglang-observability.md 0.1, 0.8). prometheus_client's text parser then files those samples
+under `unknown` families, so we never trust family names or types: every *sample* is
+normalised on its own, and `sglang:x` and `sglang_x` both land under `x`.
+
+Rank selection (1.2, 1.7 of the reference): scheduler gauges carry `tp_rank`/`pp_rank`, and
+with `--enable-metrics-for-all-schedulers` (or TP=2 for a few series) several ranks write the
+*same* quantity. Summing them would double count, so we read the series of rank 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from prometheus_client.parser import text_string_to_metric_families
+
+_PREFIXES = ("sglang:", "sglang_")
+# Labels that name a copy of the same quantity written by another rank: pick "0".
+_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "dp_rank", "attn_tp_rank")
+
+
+def bare_name(sample_name: str) -> str:
+    for p in _PREFIXES:
+        if sample_name.startswith(p):
+            return sample_name[len(p):]
+    return sample_name
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative buckets of one histogram series: [(upper bound, cumulative count)], sorted."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: Optional[float]
+    count: Optional[float]
+
+
+class MetricsSnapshot:
+    """The samples of one /metrics body, by bare name. `ts` is the wall time of the scrape."""
+
+    def __init__(self, series: dict[str, list[tuple[dict[str, str], float]]], ts: float):
+        self._series = series
+        self.ts = ts
+
+    @classmethod
+    def parse(cls, text: str, ts: float) -> "MetricsSnapshot":
+        series: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                series.setdefault(bare_name(s.name), []).append((dict(s.labels), float(s.value)))
+        return cls(series, ts)
+
+    def names(self) -> set[str]:
+        return set(self._series)
+
+    def has(self, name: str) -> bool:
+        return name in self._series
+
+    def series(self, name: str) -> list[tuple[dict[str, str], float]]:
+        return list(self._series.get(name, ()))
+
+    def value(self, name: str, **match: str) -> Optional[float]:
+        """The value of `name` for rank 0 among series whose labels include `match`; None if absent."""
+        picked = _pick_rank0([(lab, v) for lab, v in self._series.get(name, ()) if _matches(lab, match)])
+        if not picked:
+            return None
+        # Several series left after rank selection differ by a label we do not split on
+        # (e.g. per-priority copies carry a non-empty `priority`): prefer the unlabelled total.
+        plain = [v for lab, v in picked if not lab.get("priority")]
+        v = plain[0] if plain else picked[0][1]
+        return None if math.isnan(v) else v
+
+    def histogram(self, name: str, **match: str) -> Optional[Histogram]:
+        """The rank-0 series of histogram `name` (buckets from `<name>_bucket`)."""
+        rows = [(lab, v) for lab, v in self._series.get(name + "_bucket", ()) if _matches(lab, match)]
+        rows = _pick_rank0(rows)
+        rows = [(lab, v) for lab, v in rows if not lab.get("priority")] or rows
+        if not rows:
+            return None
+        # Keep the label set (minus `le`) of the first row: other label sets would be other series.
+        key = _key_without(rows[0][0], "le")
+        buckets = sorted((_le(lab["le"]), v) for lab, v in rows if "le" in lab and _key_without(lab, "le") == key)
+        return Histogram(
+            buckets=tuple(buckets),
+            sum=self._same_series(name + "_sum", key),
+            count=self._same_series(name + "_count", key),
+        )
+
+    def _same_series(self, name: str, key: tuple) -> Optional[float]:
+        for lab, v in self._series.get(name, ()):
+            if _key_without(lab, "le") == key:
+                return v
+        return None
+
+
+def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in match.items())
+
+
+def _pick_rank0(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    for label in _RANK_LABELS:
+        if any(label in lab for lab, _ in rows):
+            zero = [(lab, v) for lab, v in rows if lab.get(label) in ("0", None)]
+            if zero:
+                rows = zero
+    return rows
+
+
+def _key_without(labels: dict[str, str], drop: str) -> tuple:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != drop))
+
+
+def _le(text: str) -> float:
+    return math.inf if text in ("+Inf", "Inf", "inf") else float(text)
+
+
+def first_present(snapshot: MetricsSnapshot, names: Iterable[str], **match: str) -> Optional[float]:
+    for n in names:
+        v = snapshot.value(n, **match)
+        if v is not None:
+            return v
+    return None

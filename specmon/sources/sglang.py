@@ -1,0 +1,284 @@
+"""Scrape one SGLang server ("arm"): /metrics first, /v1/loads when metrics are off.
+
+Read-only: every request here is a GET. The API key (when the arm names an env var) is read
+from the environment at request time and only ever placed in the Authorization header.
+
+States a Sample can carry (Sample.state): up, refused (nothing listens), down (connection
+lost or other transport error), timeout (no answer in time), unauthorized (401), error (the
+server answered but not usefully, e.g. malformed /metrics). After a failure the arm is retried
+with exponential backoff (one tick, doubling up to `retry_max_s`); the ticks in between still
+produce a Sample (up=False) so the gap stays visible in samples.csv.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import httpx
+
+from specmon.model import ArmInfo, ArmSpec, Sample
+from specmon.sources.derive import ScrapeWindow
+from specmon.sources.prom import MetricsSnapshot
+from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, parse_loads
+
+DOWN_STATES = ("refused", "down", "timeout")
+
+
+class _Failure(Exception):
+    def __init__(self, state: str, reason: str):
+        super().__init__(reason)
+        self.state = state
+        self.reason = reason
+
+
+def _int(v: Optional[float]) -> Optional[int]:
+    return None if v is None else int(round(v))
+
+
+class ArmCollector:
+    def __init__(
+        self,
+        spec: ArmSpec,
+        *,
+        timeout_s: float = 5.0,
+        window_s: float = 30.0,
+        rate_window_s: float = 5.0,
+        retry_min_s: float = 1.0,
+        retry_max_s: float = 8.0,
+        info_refresh_s: float = 60.0,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ):
+        self.spec = spec
+        self.base = spec.url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.window = ScrapeWindow(window_s, rate_window_s)
+        self.retry_min_s = retry_min_s
+        self.retry_max_s = retry_max_s
+        self.info_refresh_s = info_refresh_s
+        self.info: Optional[ArmInfo] = None
+        self.info_version = 0  # bumped whenever `info` changes
+        self.mode: Optional[str] = None  # "metrics" | "loads" once known
+        self.ever_up = False
+        self.last_state: Optional[str] = None
+        self.last_reason: Optional[str] = None
+        self.last_new_token_ratio: Optional[float] = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._info_due = 0.0
+        self._metrics_probe_due = 0.0
+        self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # ---------------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        if self.spec.api_key_env:
+            key = os.environ.get(self.spec.api_key_env)
+            if key:
+                return {"Authorization": f"Bearer {key}"}
+        return {}
+
+    async def _get(self, path: str) -> httpx.Response:
+        url = self.base + path
+        try:
+            return await self._client.get(url, headers=self._headers())
+        except httpx.ConnectError as e:
+            text = str(e)
+            if "refused" in text.lower() or "Errno 111" in text:
+                raise _Failure("refused", f"connection refused at {self.base}")
+            raise _Failure("down", f"cannot connect to {self.base}: {text or type(e).__name__}")
+        except httpx.TimeoutException:
+            raise _Failure("timeout", f"no answer from {url} within {self.timeout_s:g} s")
+        except httpx.TransportError as e:
+            raise _Failure("down", f"{url}: {type(e).__name__} {e}".strip())
+
+    # ---------------------------------------------------------------------------------------
+    async def refresh_info(self) -> Optional[str]:
+        """GET /server_info (or its old name). Returns a problem to report, or None."""
+        r = await self._get("/server_info")
+        if r.status_code == 404:
+            r = await self._get("/get_server_info")
+        if r.status_code == 401:
+            return "unauthorized"
+        if r.status_code != 200:
+            return f"/server_info answered HTTP {r.status_code}"
+        try:
+            info = arm_info_from_server_info(r.json())
+        except ValueError:
+            return "/server_info is not JSON"
+        if info != self.info:
+            self.info = info
+            self.info_version += 1
+        return None
+
+    async def scrape(self) -> Sample:
+        """One reading of this arm. Never raises for server trouble: the Sample says it."""
+        t0 = time.time()
+        if t0 < self._retry_at:
+            return self._down_sample(t0, self.last_state or "down", self.last_reason,
+                                     retry_in=self._retry_at - t0)
+        try:
+            sample = await self._scrape_up(t0)
+        except _Failure as f:
+            self._failures += 1
+            delay = min(self.retry_max_s, self.retry_min_s * 2 ** (self._failures - 1))
+            self._retry_at = time.time() + delay
+            self.last_state, self.last_reason = f.state, f.reason
+            # A server that comes back may be a new process with other settings.
+            self._info_due = 0.0
+            self._metrics_probe_due = 0.0
+            return self._down_sample(t0, f.state, f.reason, retry_in=delay, scrape_s=time.time() - t0)
+        self._failures = 0
+        self._retry_at = 0.0
+        sample.scrape_s = time.time() - t0
+        self.last_state, self.last_reason = sample.state, sample.reason
+        return sample
+
+    def _down_sample(self, ts: float, state: str, reason: Optional[str], retry_in: float,
+                     scrape_s: Optional[float] = None) -> Sample:
+        words = reason or state
+        return Sample(ts=ts, arm=self.spec.name, up=False, state=state,
+                      reason=f"{words}; retrying in {retry_in:.0f} s", scrape_s=scrape_s,
+                      spec_enabled=self.info.speculative if self.info else None,
+                      kv_capacity_tokens=self.info.kv_capacity_tokens if self.info else None)
+
+    async def _scrape_up(self, t0: float) -> Sample:
+        problems: list[str] = []
+        unauthorized = False
+        if t0 >= self._info_due:
+            problem = await self.refresh_info()
+            # Retry a missing /server_info every 10 s; refresh a good one now and then.
+            self._info_due = t0 + (self.info_refresh_s if problem is None else 10.0)
+            if problem == "unauthorized":
+                unauthorized = True
+                key_hint = (f"the key in ${self.spec.api_key_env} was refused" if self.spec.api_key_env
+                            else "the server wants an API key: pass --api-key-env VAR")
+                problems.append(f"/server_info answered 401 ({key_hint})")
+            elif problem:
+                problems.append(problem)
+
+        sample: Optional[Sample] = None
+        if self.mode != "loads" or t0 >= self._metrics_probe_due:
+            sample, problem = await self._from_metrics(t0)
+            if problem:
+                problems.append(problem)
+        if sample is None:
+            sample, problem, loads_401 = await self._from_loads(t0)
+            unauthorized = unauthorized or loads_401
+            if problem:
+                problems.append(problem)
+        if sample is None:
+            # The server answers but gave us no live value this tick.
+            state = "unauthorized" if unauthorized else "error"
+            return Sample(ts=t0, arm=self.spec.name, up=False, state=state, reason="; ".join(problems),
+                          spec_enabled=self.info.speculative if self.info else None,
+                          kv_capacity_tokens=self.info.kv_capacity_tokens if self.info else None)
+        self.ever_up = True
+        if unauthorized:
+            sample.state = "unauthorized"
+        if problems:
+            sample.reason = "; ".join(problems)
+        return sample
+
+    async def _from_metrics(self, t0: float) -> tuple[Optional[Sample], Optional[str]]:
+        r = await self._get("/metrics")
+        if r.status_code == 404:
+            # Metrics are off (no --enable-metrics): use /v1/loads, look again in a minute.
+            self.mode = "loads"
+            self._metrics_probe_due = t0 + 60.0
+            return None, None
+        if r.status_code != 200:
+            return None, f"/metrics answered HTTP {r.status_code}"
+        try:
+            snap = MetricsSnapshot.parse(r.text, ts=time.time())
+        except Exception as e:  # prometheus_client raises ValueError and friends on bad lines
+            return None, f"malformed /metrics ({type(e).__name__}: {str(e)[:80]})"
+        if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
+            return None, "/metrics has no SGLang series"
+        self.mode = "metrics"
+        return self._sample_from_metrics(snap, t0), None
+
+    def _sample_from_metrics(self, snap: MetricsSnapshot, t0: float) -> Sample:
+        info = self.info
+        restarted = self.window.add(snap)
+        if restarted:
+            self._info_due = 0.0  # a restarted server may run with other settings
+        w = self.window
+        scale = info.time_scale if info else 1.0
+        used = _int(snap.value("num_used_tokens"))
+        cap = _int(snap.value("max_total_num_tokens"))
+        if cap is None and info:
+            cap = info.kv_capacity_tokens
+        # KV usage: SGLang's own token_usage gauge (num_used_tokens / pool, or the max over
+        # pools for hybrid SWA/Mamba models); used/capacity only when the gauge is missing.
+        usage = snap.value("token_usage")
+        if usage is None and used is not None and cap:
+            usage = used / cap
+        # Output tok/s: emitted tokens per (simulated) second from the per-step decode counter;
+        # generation_tokens_total (added at request finish, so it lags) only if that is absent.
+        gen = w.rate("realtime_tokens_total", scale, mode="decode")
+        if gen is None and not snap.has("realtime_tokens_total"):
+            gen = w.rate("generation_tokens_total", scale)
+        spec_enabled = info.speculative if info else None
+        accept_len = accept_rate = None
+        if spec_enabled is not False:
+            g = snap.value("spec_accept_length")
+            # The gauge is 0.0 when speculation is off or before the first decode window;
+            # a real acceptance length is >= 1 (bonus token included).
+            if g is not None and g >= 1.0:
+                accept_len = g
+                accept_rate = snap.value("spec_accept_rate")
+        self.last_new_token_ratio = snap.value("new_token_ratio")
+        return Sample(
+            ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",
+            running_reqs=_int(snap.value("num_running_reqs")),
+            queued_reqs=_int(snap.value("num_queue_reqs")),
+            kv_used_tokens=used, kv_capacity_tokens=cap, kv_usage=usage,
+            gen_tok_s=gen, gen_tok_s_gauge=snap.value("gen_throughput"),
+            accept_length=accept_len, accept_rate=accept_rate, spec_enabled=spec_enabled,
+            ttft_p50_s=w.quantile("time_to_first_token_seconds", 0.5),
+            ttft_p90_s=w.quantile("time_to_first_token_seconds", 0.9),
+            ttft_p99_s=w.quantile("time_to_first_token_seconds", 0.99),
+            ttft_mean_s=w.mean("time_to_first_token_seconds"),
+            queue_time_p50_s=w.quantile("queue_time_seconds", 0.5),
+            queue_time_mean_s=w.mean("queue_time_seconds"),
+            itl_mean_s=w.mean("inter_token_latency_seconds"),
+            requests_finished_total=snap.value("num_requests_total"),
+            server_restarted=restarted,
+        )
+
+    async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:
+        r = await self._get("/v1/loads")
+        if r.status_code == 401:
+            return None, "/v1/loads answered 401", True
+        if r.status_code != 200:
+            # sglang issue 28887: /v1/loads can answer 500; survive it.
+            return None, f"/v1/loads answered HTTP {r.status_code}", False
+        try:
+            loads: Optional[LoadsReading] = parse_loads(r.json())
+        except ValueError:
+            loads = None
+        if loads is None:
+            return None, "/v1/loads has no load entry", False
+        info = self.info
+        spec_enabled = info.speculative if info else None
+        accept_len = loads.accept_length if spec_enabled is not False and (loads.accept_length or 0) >= 1 else None
+        usage = loads.token_usage
+        if usage is None and loads.used_tokens is not None and loads.capacity_tokens:
+            usage = loads.used_tokens / loads.capacity_tokens
+        # Without --enable-metrics SGLang leaves gen_throughput at 0: that 0 is not a measurement.
+        gen_gauge = loads.gen_throughput if info and info.enable_metrics else None
+        return Sample(
+            ts=t0, arm=self.spec.name, up=True, state="up", source="loads",
+            running_reqs=loads.running, queued_reqs=loads.waiting,
+            kv_used_tokens=loads.used_tokens,
+            kv_capacity_tokens=loads.capacity_tokens or (info.kv_capacity_tokens if info else None),
+            kv_usage=usage, gen_tok_s=None, gen_tok_s_gauge=gen_gauge,
+            # /v1/loads gives the lifetime mean since start, not a window (reference 1.7).
+            accept_length=accept_len,
+            accept_rate=loads.accept_rate if accept_len is not None else None,
+            spec_enabled=spec_enabled,
+        ), None, False
