@@ -1,0 +1,337 @@
+"""The specmon Textual app: runs a live session (or a replay) in a worker and draws its events.
+
+Data flow: `live.run(emit, stop)` calls `emit(event)`; emit feeds the plain-Python SessionState
+(every event, so history is complete) and posts one message per event (thread-safe; ticks,
+progress and log lines coalesce). Message handlers only redraw. Nothing here talks HTTP or NVML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, VerticalScroll
+from textual.widgets import ContentSwitcher, Footer
+from textual.worker import Worker
+
+from specmon.model import Event, Marker
+from specmon.tui import messages as msg
+from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
+from specmon.tui.state import SessionState
+from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.gpu_strip import GpuStrip
+from specmon.tui.widgets.knee_banner import KneeBanner
+from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.ramp import RampPane
+from specmon.tui.widgets.status_bar import StatusBar
+
+QUIT_WAIT_S = 15.0  # how long q waits for the session to close its recording
+
+
+class SpecmonApp(App[str]):
+    CSS_PATH = "specmon.tcss"
+    ENABLE_COMMAND_PALETTE = False
+    # Arms side by side from 120 columns, stacked below that.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("p", "toggle_display", "pause"),
+        Binding("m", "mark", "mark"),
+        Binding("s", "save_svg", "svg"),
+        Binding("tab", "focus_arm(1)", "next arm", show=False, priority=True),
+        Binding("shift+tab", "focus_arm(-1)", "prev arm", show=False, priority=True),
+        Binding("enter,d", "detail", "detail", key_display="d"),
+        Binding("space", "toggle_ramp", "ramp"),
+        Binding("n", "skip_level", "skip"),
+        Binding("l", "toggle_logs", "logs"),
+        Binding("slash", "search", "search"),
+        Binding("question_mark", "help", "help"),
+    ]
+
+    def __init__(self, live: Any, title: str = "specmon", *, autostart: bool = True) -> None:
+        super().__init__()
+        self.live = live
+        self.title = title
+        arms = getattr(live, "arms", None) or []
+        self.state = SessionState([(a.name, a.url) for a in arms if hasattr(a, "name")])
+        self.autostart = autostart
+        self.display_paused = False
+        self.ramp_paused = False
+        self.logs_chosen_by_user = False
+        self.exit_reason: Optional[str] = None
+        self._stop: Optional[asyncio.Event] = None
+        self._live_worker: Optional[Worker] = None
+        out_dir = getattr(live, "out_dir", None)
+        self.out_dir: Optional[Path] = Path(out_dir) if out_dir else None
+        self.mode_label = getattr(live, "mode_label", "live")
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(self.state, self.title, self.mode_label,
+                        str(self.out_dir) if self.out_dir else None, id="status")
+        yield GpuStrip(self.state, id="gpus")
+        yield KneeBanner(self.state, id="knee")
+        with VerticalScroll(id="body", can_focus=False):
+            yield Container(id="arms")
+            with ContentSwitcher(initial="ramp", id="bottom"):
+                yield RampPane(self.state, id="ramp")
+                yield Horizontal(id="logs")
+        yield Footer(compact=True)
+
+    async def on_mount(self) -> None:
+        await self._sync_arms()
+        if self.autostart:
+            self.start_live()
+
+    def start_live(self) -> None:
+        self._live_worker = self.run_worker(self._run_live(), name="live", group="live",
+                                            exit_on_error=False)
+
+    async def _run_live(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            reason = await self.live.run(self.emit, self._stop)
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            raise
+        except Exception as e:  # the session failed: keep the display, say why
+            reason = f"error: {type(e).__name__}: {e}"
+        finally:
+            self.exit_reason = self.exit_reason or str(reason)
+            self.post_message(msg.LiveStopped(str(reason)))
+
+    # -- events in ---------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Called by the live session for every event, from any thread."""
+        self.state.apply(event)
+        self.post_message(msg.message_for(event))
+
+    async def _sync_arms(self) -> None:
+        """Mount a panel for every arm the state knows and a log pane for arms with log lines."""
+        arms_box = self.query_one("#arms")
+        have = {p.arm_name for p in arms_box.query(ArmPanel)}
+        new = [ArmPanel(self.state, name, id=f"arm-{i}")
+               for i, name in enumerate(self.state.arm_names()) if name not in have]
+        if new:
+            await arms_box.mount_all(new)
+            self.set_class(len(self.state.arms) >= 3, "-many-arms")
+        logs_box = self.query_one("#logs")
+        have_logs = {p.arm_name for p in logs_box.query(LogPane)}
+        with self.state.lock:
+            with_logs = [a.name for a in self.state.arms.values() if a.log_total and a.name not in have_logs]
+        if with_logs:
+            await logs_box.mount_all([LogPane(self.state, name) for name in with_logs])
+
+    def redraw(self, *, arms: bool = False, ramp: bool = False, logs: bool = False) -> None:
+        if self.display_paused:
+            return
+        self.query_one(StatusBar).refresh()
+        if arms:
+            self.query_one(GpuStrip).refresh(layout=True)
+            for p in self.query_one("#arms").query(ArmPanel):
+                p.redraw()
+        if ramp:
+            self.query_one(RampPane).redraw()
+            self.query_one(KneeBanner).update_visibility()
+        if logs:
+            for lp in self.query_one("#logs").query(LogPane):
+                lp.redraw()
+        if isinstance(self.screen, ArmDetailScreen):
+            self.screen.redraw()
+
+    async def on_tick(self, m: msg.Tick) -> None:
+        await self._sync_arms()
+        self.redraw(arms=True)
+
+    async def on_arm_info_changed(self, m: msg.ArmInfoChanged) -> None:
+        await self._sync_arms()
+        self.redraw(arms=True)
+
+    async def on_phase_changed(self, m: msg.PhaseChanged) -> None:
+        await self._sync_arms()
+        self.redraw(arms=True)
+
+    async def on_log_lines(self, m: msg.LogLines) -> None:
+        await self._sync_arms()
+        if not self.logs_chosen_by_user and not self.state.ramp_started:
+            self.query_one(ContentSwitcher).current = "logs"
+        self.redraw(logs=True)
+
+    def on_level_started(self, m: msg.LevelStarted) -> None:
+        if not self.logs_chosen_by_user:
+            self.query_one(ContentSwitcher).current = "ramp"
+        self.redraw(ramp=True)
+
+    def on_level_progress(self, m: msg.LevelProgress) -> None:
+        self.redraw(ramp=True)
+
+    def on_level_finished(self, m: msg.LevelFinished) -> None:
+        self.redraw(ramp=True)
+
+    async def on_knee_called(self, m: msg.KneeCalled) -> None:
+        await self._sync_arms()
+        self.redraw(arms=True, ramp=True)
+        ev = m.event
+        if ev.definition != "predicted" and not self.display_paused:
+            where = "—" if ev.concurrency is None else f"{ev.concurrency:g}"
+            self.notify(f"{ev.arm}: knee at C={where} ({ev.definition})", title="knee", timeout=8)
+
+    def on_ramp_finished(self, m: msg.RampFinished) -> None:
+        self.redraw(ramp=True)
+
+    def on_marker_added(self, m: msg.MarkerAdded) -> None:
+        self.redraw()
+
+    def on_session_ended(self, m: msg.SessionEnded) -> None:
+        self.redraw(arms=True, ramp=True)
+
+    def on_live_stopped(self, m: msg.LiveStopped) -> None:
+        self.query_one(StatusBar).stopped = m.reason
+        self.redraw(arms=True, ramp=True, logs=True)
+        self.query_one(StatusBar).refresh()
+
+    # -- calls into the session ----------------------------------------------------------------
+
+    def _call_live(self, name: str, *args: Any) -> bool:
+        fn = getattr(self.live, name, None)
+        if fn is None:
+            return False
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            self.run_worker(result, group="live-calls")
+        return True
+
+    # -- actions -------------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        worker = self._live_worker
+        if worker is not None and worker.is_running:
+            self.query_one(StatusBar).stopped = "stopping…"
+            self.query_one(StatusBar).refresh()
+            try:
+                await asyncio.wait_for(worker.wait(), timeout=QUIT_WAIT_S)
+            except Exception:  # timed out or the session failed: it is over either way
+                worker.cancel()
+        self.exit(self.exit_reason or "quit")
+
+    def action_toggle_display(self) -> None:
+        self.display_paused = not self.display_paused
+        bar = self.query_one(StatusBar)
+        bar.display_paused = self.display_paused
+        bar.refresh()
+        if not self.display_paused:
+            self.redraw(arms=True, ramp=True, logs=True)
+
+    def action_mark(self) -> None:
+        default = f"mark {len(self.state.markers) + 1}"
+
+        def done(label: Optional[str]) -> None:
+            if label is None:
+                return
+            if not self._call_live("mark", label):
+                self.emit(Marker(label=label))  # no recorder behind this session: show it only
+            self.notify(f"marker: {label}", timeout=3)
+
+        self.push_screen(PromptScreen("Marker label (enter for the default):", default=default), done)
+
+    def action_save_svg(self) -> None:
+        folder = self.out_dir if self.out_dir and self.out_dir.is_dir() else Path.cwd()
+        name = time.strftime("screenshot-%Y%m%d-%H%M%S.svg")
+        path = self.save_screenshot(filename=name, path=str(folder))
+        self.notify(f"saved {path}", timeout=4)
+
+    def _arm_panels(self) -> list[ArmPanel]:
+        return list(self.query_one("#arms").query(ArmPanel))
+
+    def action_focus_arm(self, step: int) -> None:
+        if self.screen is not self.screen_stack[0]:
+            # On other screens tab keeps its usual meaning (move focus between inputs).
+            if step > 0:
+                self.screen.focus_next()
+            else:
+                self.screen.focus_previous()
+            return
+        panels = self._arm_panels()
+        if not panels:
+            return
+        focused = self.focused
+        i = panels.index(focused) if focused in panels else (-1 if step > 0 else 0)
+        target = panels[(i + step) % len(panels)]
+        target.focus()
+        target.scroll_visible()
+
+    def focused_arm(self) -> Optional[str]:
+        if isinstance(self.focused, ArmPanel):
+            return self.focused.arm_name
+        names = self.state.arm_names()
+        return names[0] if names else None
+
+    def action_detail(self) -> None:
+        if isinstance(self.screen, ArmDetailScreen):
+            self.pop_screen()
+            return
+        arm = self.focused_arm()
+        if arm is not None:
+            self.push_screen(ArmDetailScreen(self.state, arm))
+
+    def action_toggle_ramp(self) -> None:
+        name = "resume_ramp" if self.ramp_paused else "pause_ramp"
+        if not self._call_live(name):
+            self.notify("this session has no ramp to pause", severity="warning", timeout=3)
+            return
+        self.ramp_paused = not self.ramp_paused
+        self.query_one(StatusBar).ramp_paused = self.ramp_paused
+        self.query_one("RampProgress").paused = self.ramp_paused
+        self.redraw(ramp=True)
+
+    def action_skip_level(self) -> None:
+        if not self._call_live("skip_level"):
+            self.notify("this session has no ramp level to skip", severity="warning", timeout=3)
+        else:
+            self.notify("skipping to the next level", timeout=3)
+
+    def action_toggle_logs(self) -> None:
+        sw = self.query_one(ContentSwitcher)
+        sw.current = "ramp" if sw.current == "logs" else "logs"
+        self.logs_chosen_by_user = True
+        if sw.current == "logs" and not self.query_one("#logs").children:
+            self.notify("no log lines (logs come from servers specmon launched)", timeout=3)
+
+    def action_search(self) -> None:
+        if isinstance(self.screen, ArmDetailScreen):
+            panes = [self.screen.query_one(LogPane)]
+        else:
+            arm = self.focused_arm()
+            panes = [p for p in self.query_one("#logs").query(LogPane) if p.arm_name == arm]
+            if not panes:
+                self.notify("no log for this arm", timeout=3)
+                return
+            self.query_one(ContentSwitcher).current = "logs"
+            self.logs_chosen_by_user = True
+
+        def done(text: Optional[str]) -> None:
+            if text is not None:
+                for p in panes:
+                    p.set_search(text)
+
+        self.push_screen(PromptScreen("Search the log (empty clears):", default="",
+                                      placeholder="text to find"), done)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+
+def run_tui(live: Any, title: str = "specmon") -> str:
+    """Run the TUI over `live` (a LiveSession or a ReplaySource) until q; the exit reason."""
+    app = SpecmonApp(live, title)
+    result = app.run()
+    return result or app.exit_reason or "quit"

@@ -1,0 +1,114 @@
+"""Modal screens: key help (`?`), a marker label prompt (`m`), a log search prompt (`/`),
+and the detail view of one arm (enter / d)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
+
+from specmon.tui.state import SessionState
+from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.ramp import LevelTable
+
+KEYS = [
+    ("q", "quit (stops the session, closes the recording)"),
+    ("p", "pause the display (collection and recording go on)"),
+    ("m", "add a labelled marker row to samples.csv"),
+    ("s", "save an SVG screenshot into the session folder"),
+    ("tab / shift+tab", "focus the next / previous arm"),
+    ("enter / d", "detail view of the focused arm (escape to go back)"),
+    ("l", "show the launched servers' logs instead of the ramp (and back)"),
+    ("/", "search the focused arm's log (empty search clears)"),
+    ("space", "pause / resume the ramp (replay: pause playback)"),
+    ("n", "skip to the next ramp level"),
+    ("?", "this help"),
+]
+
+LEGEND = [
+    ("KV", "pool occupancy: tokens used / allocated pool (max_total_num_tokens)"),
+    ("Accept", "speculative acceptance length (tokens per verify step); 'no speculation' when off"),
+    ("Reqs", "running / request cap, and queued; history: running left, queued right"),
+    ("Gen", "generation tok/s (server), and per running request"),
+    ("TTFT", "server TTFT p50/p90 over the scrape window; ▲ when queue time > 50 % of TTFT"),
+    ("◆ ┆", "confirmed knee on the ramp plots; ┊ the knee predicted from KV capacity"),
+    ("—", "not known (never shown as 0)"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column()
+        for k, what in KEYS:
+            keys.add_row(k, what)
+        keys.add_row("", "")
+        for k, what in LEGEND:
+            keys.add_row(k, what)
+        with Vertical(id="help-box"):
+            yield Static(Text("specmon keys", style="bold"), id="help-title")
+            yield Static(keys)
+            yield Static(Text("escape closes", style="dim"))
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input; enter returns it (or the default when empty), escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, prompt: str, default: str = "", placeholder: str = "") -> None:
+        super().__init__()
+        self.prompt = prompt
+        self.default = default
+        self.placeholder = placeholder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt-box"):
+            yield Static(self.prompt)
+            yield Input(placeholder=self.placeholder or self.default, id="prompt-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or self.default)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ArmDetailScreen(Screen[None]):
+    """One arm with tall histories, its level rows and its log."""
+
+    BINDINGS = [Binding("escape,enter,d", "app.pop_screen", "back")]
+
+    def __init__(self, session: SessionState, arm: str) -> None:
+        super().__init__()
+        self.session = session
+        self.arm_name = arm
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="detail"):
+            with VerticalScroll(id="detail-left"):
+                yield ArmPanel(self.session, self.arm_name, chart_height=3, id="detail-arm")
+            with Vertical(id="detail-right"):
+                with VerticalScroll(id="detail-levels"):
+                    yield LevelTable(self.session, arm=self.arm_name)
+                yield LogPane(self.session, self.arm_name, id="detail-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#detail-levels").border_title = "levels"
+
+    def redraw(self) -> None:
+        self.query_one(ArmPanel).redraw()
+        self.query_one(LevelTable).refresh(layout=True)
+        self.query_one(LogPane).redraw()

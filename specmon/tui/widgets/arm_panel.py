@@ -1,0 +1,47 @@
+"""One arm: header and the six metric panes, in a focusable bordered box."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+
+from specmon.tui.chart import arm_glyph
+from specmon.tui.state import SessionState
+from specmon.tui.widgets.accept import AcceptPane
+from specmon.tui.widgets.arm_header import ArmHeader, arm_status
+from specmon.tui.widgets.gpu import GpuPane
+from specmon.tui.widgets.kv import KvPane
+from specmon.tui.widgets.requests import RequestsPane
+from specmon.tui.widgets.throughput import ThroughputPane
+from specmon.tui.widgets.ttft import TtftPane
+
+PANES = (GpuPane, KvPane, AcceptPane, RequestsPane, ThroughputPane, TtftPane)
+
+
+class ArmPanel(Vertical, can_focus=True):
+    def __init__(self, session: SessionState, arm: str, chart_height: int = 1, **kw) -> None:
+        super().__init__(**kw)
+        self.session = session
+        self.arm_name = arm
+        self.chart_height = chart_height
+        self.add_class(f"arm-{session.arm(arm).index % 6}")
+
+    def compose(self) -> ComposeResult:
+        yield ArmHeader(self.session, self.arm_name)
+        for pane in PANES:
+            yield pane(self.session, self.arm_name, chart_height=self.chart_height)
+
+    def on_mount(self) -> None:
+        self.update_titles()
+
+    def update_titles(self) -> None:
+        arm = self.session.arm(self.arm_name)
+        self.border_title = f"{arm_glyph(arm.index)} {self.arm_name}"
+        words, kind = arm_status(arm)
+        self.border_subtitle = words if len(words) < 40 else words[:39] + "…"
+        self.set_class(kind == "bad", "-down")
+
+    def redraw(self) -> None:
+        self.update_titles()
+        for child in self.children:
+            child.refresh(layout=True)

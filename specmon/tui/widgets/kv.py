@@ -1,0 +1,38 @@
+"""KV pool of one arm: occupancy bar, tokens used/capacity, history (0..100 %)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from specmon.tui import fmt
+from specmon.tui.chart import bar
+from specmon.tui.widgets.base import ArmPane
+
+WARN, FULL = 0.85, 0.95
+
+
+class KvPane(ArmPane):
+    LABEL = "KV"
+
+    def value(self) -> Text:
+        s = self.arm.last
+        if s is None or (s.kv_usage is None and s.kv_used_tokens is None):
+            return self.unknown()
+        usage = s.kv_usage
+        if usage is None and s.kv_used_tokens is not None and s.kv_capacity_tokens:
+            usage = s.kv_used_tokens / s.kv_capacity_tokens
+        filled, empty = bar(usage, 10)
+        level = "bar-bad" if usage is not None and usage >= FULL else (
+            "bar-warn" if usage is not None and usage >= WARN else "bar")
+        cap = s.kv_capacity_tokens
+        if cap is None and self.arm.info is not None:
+            cap = self.arm.info.kv_capacity_tokens
+        return self.join(
+            Text.assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
+                          (fmt.pct(usage).rjust(6), self.st("bad" if level == "bar-bad" else "value"))),
+            Text.assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
+                          (f"/{fmt.tokens(cap)} tok", self.st("unit"))),
+        )
+
+    def chart(self, width: int, height: int) -> list[Text]:
+        return self.spark("kv_usage", width, height, lo=0.0, hi=1.0)

@@ -1,0 +1,56 @@
+"""Top line: what this session is, live or replay, how long, where it records, and pauses."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+
+from specmon.tui import fmt
+from specmon.tui.state import SessionState
+from specmon.tui.widgets.base import StyledWidget
+
+
+class StatusBar(StyledWidget):
+    DEFAULT_CSS = "StatusBar { height: 1; }"
+
+    def __init__(self, session: SessionState, title: str, mode: str, out_dir: Optional[str], **kw) -> None:
+        super().__init__(**kw)
+        self.session = session
+        self.title_text = title
+        self.mode = mode
+        self.out_dir = out_dir
+        self.display_paused = False
+        self.ramp_paused = False
+        self.stopped: Optional[str] = None
+
+    def render(self) -> Text:
+        s = self.session
+        dot = ("  ", self.st("dim"))
+        with s.lock:
+            t = Text(no_wrap=True, overflow="ellipsis")
+            t.append(" specmon ", style=self.st("label"))
+            t.append(self.title_text, style=self.st("value"))
+            t.append(*dot)
+            t.append(self.mode, style=self.st("good" if self.stopped is None else "dim"))
+            t.append(*dot)
+            t.append(fmt.duration(s.elapsed_s), style=self.st("value"))
+            t.append(*dot)
+            t.append(f"{len(s.arms)} arm" + ("s" if len(s.arms) != 1 else ""), style=self.st("unit"))
+            if s.markers:
+                t.append(*dot)
+                t.append(f"{len(s.markers)} mark" + ("s" if len(s.markers) != 1 else ""), style=self.st("unit"))
+            if self.out_dir:
+                t.append(*dot)
+                t.append(self.out_dir, style=self.st("dim"))
+            if self.stopped is not None:
+                t.append(*dot)
+                t.append(f"ended: {self.stopped}", style=self.st("warn"))
+            if self.ramp_paused:
+                t.append(*dot)
+                t.append(" RAMP PAUSED ", style=self.st("warn") + self.st("bar"))
+            if self.display_paused:
+                t.append(*dot)
+                t.append(" DISPLAY PAUSED (still recording) ", style=self.st("warn"))
+        t.truncate(self.size.width or 80, overflow="ellipsis")
+        return t

@@ -1,0 +1,40 @@
+"""TTFT of one arm over the scrape window (p50/p90), flagged when queue time dominates it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from specmon.tui import fmt
+from specmon.tui.state import QUEUE_DOMINATES, queue_share
+from specmon.tui.widgets.base import ArmPane
+
+
+class TtftPane(ArmPane):
+    LABEL = "TTFT"
+
+    def queue_dominates(self) -> bool:
+        share = queue_share(self.arm.last)
+        return share is not None and share > QUEUE_DOMINATES
+
+    def note(self) -> Text:
+        s = self.arm.last
+        share = queue_share(s)
+        if share is None:
+            return Text("queue share —", style=self.st("dim"))
+        words = f"TTFT {fmt.secs(s.ttft_mean_s)}: {fmt.secs(s.queue_time_mean_s)} queue"
+        if share > QUEUE_DOMINATES:
+            return Text("▲ " + words, style=self.st("warn"))
+        return Text(f"{words} ({share * 100:.0f}%)", style=self.st("dim"))
+
+    def value(self) -> Text:
+        s = self.arm.last
+        if s is None or (s.ttft_p50_s is None and s.ttft_p90_s is None):
+            return self.unknown()
+        return self.join(
+            Text.assemble(("p50 ", self.st("unit")), (fmt.secs(s.ttft_p50_s), self.st("value"))),
+            Text.assemble(("p90 ", self.st("unit")), (fmt.secs(s.ttft_p90_s), self.st("value"))),
+        )
+
+    def chart(self, width: int, height: int) -> list[Text]:
+        style = "spark-alt" if self.queue_dominates() else "spark"
+        return self.spark("ttft_p50_s", width, height, lo=0.0, style=style)

@@ -1,0 +1,82 @@
+"""Write a small session folder with the real Recorder, from model objects (no server).
+
+Used where a test needs a fixed, fully known recording; recordings of real sim runs live in
+tests/data/ too. Values follow a simple closed-loop picture (KV fills with C, queueing past the
+knee) so the panes have something plausible to show; they are not a physical model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from specmon.model import ArmInfo, LevelResult, RampPlan, RequestRecord, Sample
+from specmon.session.recorder import Recorder
+
+GIB = 1024**3
+ARMS = [
+    ("fp8-mtp", "http://127.0.0.1:30001", "EAGLE", 175_000, 18, 96 * GIB),
+    ("nvfp4-mtp", "http://127.0.0.1:30002", "EAGLE", 260_000, 24, 96 * GIB),
+    ("fp8-nospec", "http://127.0.0.1:30003", None, 175_000, 18, 96 * GIB),
+]
+
+
+def write(out: Path, n_arms: int = 3, levels=(4, 8, 16, 32), level_s: int = 6, t0: float = 1_700_000_000.0) -> Path:
+    rec = Recorder(out)
+    arms = ARMS[:n_arms]
+    plan = RampPlan(levels=list(levels), level_duration_s=float(level_s), input_len=8192, output_len=1024)
+    infos = {}
+    for name, url, algo, pool, knee, mem in arms:
+        infos[name] = ArmInfo(model="Qwen3-32B-FP8" if "fp8" in name else "Qwen3-32B-NVFP4",
+                              speculative_algorithm=algo,
+                              speculative_num_steps=3 if algo else None,
+                              speculative_eagle_topk=1 if algo else None,
+                              speculative_num_draft_tokens=4 if algo else None,
+                              kv_capacity_tokens=pool, max_running_requests=48, tp_size=1)
+    rec.update_session(
+        arms=[{"name": a[0], "url": a[1], "launched": False, "time_scale": 1.0,
+               "server_args": infos[a[0]].server_args()} for a in arms],
+        ramp_plan=vars(plan), mode="ramp", start_ts=t0,
+        predicted_knees={a[0]: {"concurrency": a[3] / 9728, "detail": f"KV {a[3]:,} / (8192+1024/2) tokens"}
+                         for a in arms})
+    ts = t0
+    rid = 0
+    for li, c in enumerate(levels):
+        for step in range(level_s):
+            for ai, (name, url, algo, pool, knee, mem) in enumerate(arms):
+                running = min(c, knee)
+                queued = max(c - knee, 0)
+                usage = min(running * 9728 / pool, 0.99)
+                tok_s = running * (55.0 if algo else 30.0) * (1 - 0.3 * usage) + step
+                ttft = 0.8 + (queued * 0.9)
+                rec.write_sample(Sample(
+                    ts=ts + ai * 0.01, arm=name, up=True, source="metrics", running_reqs=running,
+                    queued_reqs=queued, kv_used_tokens=int(usage * pool), kv_capacity_tokens=pool,
+                    kv_usage=usage, gen_tok_s=tok_s, accept_length=(2.9 - 0.02 * c) if algo else None,
+                    accept_rate=(0.62 - 0.004 * c) if algo else None, spec_enabled=algo is not None,
+                    ttft_p50_s=ttft, ttft_p90_s=ttft * 1.4, queue_time_mean_s=queued * 0.9,
+                    ttft_mean_s=ttft, gpu_mem_used_bytes=int(mem * 0.92), gpu_mem_total_bytes=mem,
+                    gpu_power_w=300.0 + 5 * running, offered_concurrency=c, level=li))
+            ts += 1.0
+        if li == 1:
+            rec.write_marker("after level 2", ts - 0.5)
+        for ai, (name, url, algo, pool, knee, mem) in enumerate(arms):
+            for k in range(c):
+                rid += 1
+                rec.write_request(RequestRecord(arm=name, level=li, offered_concurrency=c, request_id=str(rid),
+                                                t_scheduled=ts - level_s + 0.1 * k, t_start=ts - level_s + 0.1 * k,
+                                                ttft_s=0.8, e2e_s=3.0, output_tokens=1024))
+            running = min(c, knee)
+            rec.write_level(LevelResult(
+                arm=name, level=li, offered_concurrency=c, achieved_concurrency=c * 0.98, duration_s=level_s,
+                ok=c * 2, failed=0, output_tok_s=running * (55.0 if algo else 30.0),
+                per_user_tok_s=running * (55.0 if algo else 30.0) / c, ttft_p50_s=0.8 + max(c - knee, 0) * 0.9,
+                ttft_p90_s=1.2, ttft_p99_s=1.9 + max(c - knee, 0), tpot_p50_s=0.018 if algo else 0.033,
+                accept_length=(2.9 - 0.02 * c) if algo else None, kv_usage_max=min(running * 9728 / pool, 0.99),
+                knee="queueing" if c == 32 and knee < 32 and li == len(levels) - 1 else None))
+    rec.close("done")
+    return out
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 3)
