@@ -1,0 +1,164 @@
+"""One arm at one ramp level: client statistics joined with the server's samples.
+
+Definitions (every "unknown" is None, never 0):
+- Window W = [level start + settle, time the level stopped issuing requests] (wall clock). The
+  settle window lets the population of the previous level drain and the server's batch fill;
+  nothing in it counts. If the level ended before the settle did, W is the whole level.
+- output_tok_s = tokens the client received inside W (each streamed event carries its
+  completion_tokens delta and its arrival stamp) / |W|. Counting arrivals inside W, not whole
+  requests, needs no guess about requests that straddle its edges.
+- Latency percentiles (TTFT, TPOT, ITL, e2e) use the ok requests *sent* inside W ("in window");
+  the ramp lets them finish (drain) so long requests are not cut out.
+- running_mean / queued_mean = mean of the server's num_running_reqs / num_queue_reqs samples in W;
+  queued_share = share of those samples with queued > 5 % of C; capped_share = share with the
+  running count at the server's cap or KV usage >= 0.95 (the pool is full).
+- achieved_concurrency = running_mean when the server reports it (what it actually runs), else
+  the client's time-averaged in-flight count over W.
+- per_user_tok_s = output_tok_s / achieved_concurrency.
+- littles_law_ratio rho = lambda x E / C with lambda = completions per second inside W and E their
+  mean e2e. In a closed loop at C streams rho ~ 1.
+- valid = False when the client, not the server, limited the level: the server saw fewer than
+  90 % of C (running + queued) while the client believed it had C in flight, or |rho - 1| > 0.1
+  on a level long enough to judge (>= 3 mean e2e), or no request succeeded.
+- accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
+  meta_info); the server gauge is a last-interval value, so it is only a fallback.
+- All client durations are multiplied by `scale` (simulated seconds per wall second) and rates
+  divided by it; server-reported durations (queue_time) are already in server seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from specmon.analysis.stats import mean, percentile, ratio
+from specmon.load.client import RequestOutcome
+from specmon.model import LevelResult, Sample
+
+QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (peers C2 D2)
+KV_FULL = 0.95
+
+
+@dataclass
+class Window:
+    t0: float  # wall clock
+    t1: float
+
+    @property
+    def length(self) -> float:
+        return max(self.t1 - self.t0, 0.0)
+
+
+def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestOutcome],
+                 window: Window, level_t0: float, level_t1: float, samples: Sequence[Sample],
+                 scale: float = 1.0, max_running: Optional[int] = None) -> LevelResult:
+    r = LevelResult(arm=arm, level=level, offered_concurrency=offered)
+    r.duration_s = (level_t1 - level_t0) * scale
+    r.ok = sum(1 for o in outcomes if o.status == "ok")
+    # Requests cancelled by a skip or a stop are neither ok nor failed: the server did nothing wrong.
+    r.failed = sum(1 for o in outcomes if o.status not in ("ok", "cancelled"))
+    W = window.length
+    in_win = [o for o in outcomes if o.t_sent_wall is not None and window.t0 <= o.t_sent_wall < window.t1]
+    ok_in = [o for o in in_win if o.status == "ok"]
+
+    # Throughput from token arrivals inside W.
+    if W > 0:
+        toks = 0
+        for o in outcomes:
+            if o.t_sent is None:
+                continue
+            for stamp, n in o.token_events:
+                if window.t0 <= o.wall(stamp) < window.t1:
+                    toks += n
+        r.output_tok_s = toks / (W * scale)
+
+    ttfts = [o.ttft * scale for o in ok_in if o.ttft is not None]
+    e2es = [o.e2e * scale for o in ok_in if o.e2e is not None]
+    tpots = []
+    itls: list[float] = []
+    for o in ok_in:
+        if o.ttft is not None and o.e2e is not None and o.completion_tokens and o.completion_tokens > 1:
+            tpots.append((o.e2e - o.ttft) / (o.completion_tokens - 1) * scale)
+        itls.extend(x * scale for x in o.itls())
+    r.ttft_p50_s, r.ttft_p90_s, r.ttft_p99_s = (percentile(ttfts, q) for q in (50, 90, 99))
+    r.ttft_mean_s = mean(ttfts)
+    r.tpot_p50_s = percentile(tpots, 50)
+    r.itl_p50_s, r.itl_p99_s = percentile(itls, 50), percentile(itls, 99)
+    r.e2e_mean_s = mean(e2es)
+
+    out_sum = verify_sum = 0
+    for o in ok_in:
+        v = (o.final_meta or {}).get("spec_verify_ct")
+        if isinstance(v, (int, float)) and v > 0 and o.completion_tokens:
+            out_sum += o.completion_tokens
+            verify_sum += v
+    r.accept_length = out_sum / verify_sum if verify_sum else None
+    qts = [(o.final_meta or {}).get("queue_time") for o in ok_in]
+    qts = [float(q) for q in qts if isinstance(q, (int, float))]
+    r.queue_time_p50_s = percentile(qts, 50)
+    r.queue_time_mean_s = mean(qts)
+
+    # Server side, from the samples recorded inside W.
+    up = [s for s in samples if s.up]
+    running = [s.running_reqs for s in up if s.running_reqs is not None]
+    queued = [s.queued_reqs for s in up if s.queued_reqs is not None]
+    r.running_mean = mean(running)
+    r.queued_mean = mean(queued)
+    if queued:
+        r.queued_share = sum(1 for q in queued if q > QUEUED_SHARE_DELTA * offered) / len(queued)
+    capped = []
+    for s in up:
+        if s.running_reqs is None and s.kv_usage is None:
+            continue
+        at_cap = max_running is not None and s.running_reqs is not None and s.running_reqs >= max_running
+        full = s.kv_usage is not None and s.kv_usage >= KV_FULL
+        capped.append(at_cap or full)
+    r.capped_share = sum(capped) / len(capped) if capped else None
+    kvs = [s.kv_usage for s in up if s.kv_usage is not None]
+    r.kv_usage_max = max(kvs) if kvs else None
+    if r.accept_length is None:
+        r.accept_length = mean(s.accept_length for s in up if s.spec_enabled is not False)
+    if r.queue_time_p50_s is None:
+        r.queue_time_p50_s = percentile([s.queue_time_p50_s for s in up], 50)
+    if r.queue_time_mean_s is None:
+        r.queue_time_mean_s = mean(s.queue_time_mean_s for s in up)
+
+    # Client in-flight, time-averaged over W (wall clock; a count needs no scaling).
+    client_inflight = None
+    if W > 0:
+        busy = 0.0
+        for o in outcomes:
+            if o.t_sent_wall is None or o.t_end is None:
+                continue
+            a, b = o.t_sent_wall, o.wall(o.t_end)
+            busy += max(0.0, min(b, window.t1) - max(a, window.t0))
+        client_inflight = busy / W
+    r.achieved_concurrency = r.running_mean if r.running_mean is not None else client_inflight
+
+    done_in = [o for o in outcomes if o.status == "ok" and o.t_end is not None and o.t_sent_wall is not None
+               and window.t0 <= o.wall(o.t_end) < window.t1]
+    e_wall = mean((o.t_end - o.t_sent) for o in done_in)
+    if W > 0 and done_in and e_wall:
+        r.littles_law_ratio = (len(done_in) / W) * e_wall / offered
+    r.per_user_tok_s = ratio(r.output_tok_s, r.achieved_concurrency)
+
+    r.valid, r.invalid_reason = True, None
+    reasons = []
+    if r.ok == 0:
+        reasons.append("no request succeeded")
+    # Median, not mean: SGLang's gauges only move when the scheduler reports (after a prefill
+    # batch, every decode_log_interval steps), so a long prefill leaves a stale low reading.
+    both = [s.running_reqs + s.queued_reqs for s in up if s.running_reqs is not None and s.queued_reqs is not None]
+    server_seen = percentile(both, 50)
+    if server_seen is not None and server_seen < 0.9 * offered and (client_inflight is None or client_inflight >= 0.9 * offered):
+        reasons.append(f"server reported {server_seen:.1f} of {offered} offered (running+queued, median of {len(both)} samples) "
+                       f"while the client held "
+                       f"{client_inflight:.1f}: the client is the bottleneck")
+    elif client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
+        reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight")
+    long_enough = e_wall is not None and W >= 3 * e_wall
+    if r.littles_law_ratio is not None and long_enough and abs(r.littles_law_ratio - 1) > 0.1:
+        reasons.append(f"Little's law ratio {r.littles_law_ratio:.2f} (expected ~1 in a closed loop)")
+    if reasons:
+        r.valid, r.invalid_reason = False, "; ".join(reasons)
+    return r

@@ -1,0 +1,225 @@
+"""Streaming client for SGLang's native /generate, timed the way the peers should be.
+
+Per request it keeps the perf_counter stamps of: scheduled (when the ramp wanted to send),
+sent, first byte (response headers), first token, every event that added tokens (with how many:
+the delta of meta_info.completion_tokens, so a 4-token speculative chunk counts 4), and end.
+
+Bytes are stamped as they arrive and parsed cheaply: each event is scanned for
+`"completion_tokens":N` with a byte search, and only the final event (the one holding
+e2e_latency / spec_verify_ct / queue_time) is decoded as JSON. SGLang sends cumulative text in
+every event, so json.loads on each would cost O(n^2) in the output length.
+
+Durations here are wall seconds; RequestOutcome.record() multiplies them by the arm's
+time_scale (simulated seconds per wall second) when it builds the RequestRecord.
+Errors (HTTP status, connection, timeout, mid-stream error events) are recorded on the
+outcome, never raised: one failed request must not stop a ramp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import httpx
+
+from specmon.analysis.stats import percentile, spread_gaps
+from specmon.load.workload import Prompt
+from specmon.model import RequestRecord
+
+_CT_KEY = b'"completion_tokens":'
+_PT_KEY = b'"prompt_tokens":'
+
+
+def _int_after(buf: bytes, key: bytes) -> Optional[int]:
+    i = buf.rfind(key)
+    if i < 0:
+        return None
+    j = i + len(key)
+    end = j
+    n = len(buf)
+    while end < n and buf[end] in b" ":
+        end += 1
+    start = end
+    while end < n and 48 <= buf[end] <= 57:
+        end += 1
+    return int(buf[start:end]) if end > start else None
+
+
+@dataclass
+class RequestOutcome:
+    """Raw timing of one request (perf_counter stamps) plus what the server said at the end."""
+
+    request_id: str
+    t_scheduled_wall: float
+    t_scheduled: float  # perf_counter
+    t_sent: Optional[float] = None
+    t_sent_wall: Optional[float] = None
+    t_first_byte: Optional[float] = None
+    t_end: Optional[float] = None
+    # (perf stamp, tokens added) for every event that added tokens, in order
+    token_events: list[tuple[float, int]] = field(default_factory=list)
+    completion_tokens: Optional[int] = None
+    prompt_tokens: Optional[int] = None
+    final_meta: Optional[dict[str, Any]] = None
+    events: int = 0
+    status: str = "ok"
+    error: Optional[str] = None
+
+    # -- derived, in wall seconds -------------------------------------------------------------
+    def wall(self, perf_stamp: float) -> float:
+        return self.t_sent_wall + (perf_stamp - self.t_sent)
+
+    @property
+    def ttft(self) -> Optional[float]:
+        if not self.token_events or self.t_sent is None:
+            return None
+        return self.token_events[0][0] - self.t_sent
+
+    @property
+    def e2e(self) -> Optional[float]:
+        if self.t_end is None or self.t_sent is None or self.status != "ok":
+            return None
+        return self.t_end - self.t_sent
+
+    def itls(self) -> list[float]:
+        ev = self.token_events
+        return spread_gaps([(ev[i][0] - ev[i - 1][0], ev[i][1]) for i in range(1, len(ev))])
+
+    def record(self, arm: str, level: int, offered: int, scale: float, in_window: bool) -> RequestRecord:
+        """The requests.csv row: client durations x scale (simulated seconds when sped up)."""
+
+        def s(v: Optional[float]) -> Optional[float]:
+            return None if v is None else v * scale
+
+        meta = self.final_meta or {}
+        out = self.completion_tokens
+        ttft, e2e = self.ttft, self.e2e
+        itl = self.itls()
+        tpot = None
+        if ttft is not None and e2e is not None and out is not None and out > 1:
+            tpot = (e2e - ttft) / (out - 1)
+        verify = meta.get("spec_verify_ct")
+        accept = out / verify if (out and isinstance(verify, (int, float)) and verify > 0) else None
+        qt = meta.get("queue_time")
+        return RequestRecord(
+            arm=arm, level=level, offered_concurrency=offered, request_id=self.request_id,
+            t_scheduled=self.t_scheduled_wall,
+            t_start=self.t_sent_wall if self.t_sent_wall is not None else self.t_scheduled_wall,
+            ttft_s=s(ttft), e2e_s=s(e2e), prompt_tokens=self.prompt_tokens, output_tokens=out,
+            itl_mean_s=s(sum(itl) / len(itl)) if itl else None,
+            itl_p99_s=s(percentile(itl, 99)), tpot_s=s(tpot),
+            spec_verify_ct=verify if isinstance(verify, int) else None, accept_length=accept,
+            first_byte_s=s(None if self.t_first_byte is None else self.t_first_byte - self.t_sent),
+            # Server-side durations are already in the server's (simulated) seconds: not rescaled.
+            queue_time_s=float(qt) if isinstance(qt, (int, float)) else None,
+            chunks=self.events, in_window=in_window, status=self.status, error=self.error,
+        )
+
+
+class GenerateClient:
+    """One arm's connection pool. Sized to the highest level so no hidden cap sits below it."""
+
+    def __init__(self, base_url: str, *, max_concurrency: int, timeout_s: float = 600.0,
+                 api_key_env: Optional[str] = None):
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(api_key_env) if api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"  # never logged or recorded
+        limits = httpx.Limits(max_connections=max_concurrency + 8, max_keepalive_connections=max_concurrency + 8)
+        self.url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, limits=limits,
+                                         timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def flush_cache(self, timeout_s: float = 30.0) -> Optional[str]:
+        """POST /flush_cache?timeout=S (waits for the server to go idle). None on success, else why."""
+        try:
+            r = await self._client.post("/flush_cache", params={"timeout": timeout_s}, timeout=timeout_s + 10)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}"
+        return None if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:120]}"
+
+    async def generate(self, prompt: Prompt, max_new_tokens: int, outcome: RequestOutcome) -> RequestOutcome:
+        body = prompt.payload()
+        body["sampling_params"] = {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0.0}
+        body["stream"] = True
+        payload = json.dumps(body).encode()
+        last_tokens = 0
+        last_event = b""
+        buf = b""
+        outcome.t_sent_wall = time.time()
+        outcome.t_sent = time.perf_counter()
+        try:
+            async with self._client.stream("POST", "/generate", content=payload) as resp:
+                outcome.t_first_byte = time.perf_counter()
+                if resp.status_code != 200:
+                    text = (await resp.aread())[:200].decode("utf-8", "replace")
+                    outcome.status, outcome.error = "error", f"HTTP {resp.status_code}: {text.strip()}"
+                    return outcome
+                done = False
+                async for raw in resp.aiter_raw():
+                    now = time.perf_counter()  # stamp first, parse after
+                    buf += raw
+                    while True:
+                        cut = buf.find(b"\n\n")
+                        if cut < 0:
+                            break
+                        event, buf = buf[:cut], buf[cut + 2:]
+                        if not event.startswith(b"data:"):
+                            continue
+                        data = event[5:].lstrip()
+                        if data.startswith(b"[DONE]"):
+                            done = True
+                            break
+                        outcome.events += 1
+                        if data.startswith(b'{"error"'):
+                            outcome.status = "error"
+                            outcome.error = _error_message(data)
+                            continue
+                        ct = _int_after(data, _CT_KEY)
+                        if ct is not None and ct > last_tokens:
+                            outcome.token_events.append((now, ct - last_tokens))
+                            last_tokens = ct
+                        last_event = data
+                    if done:
+                        break
+                outcome.t_end = time.perf_counter()
+        except httpx.TimeoutException as e:
+            outcome.status, outcome.error = "timeout", f"{type(e).__name__}"
+        except httpx.HTTPError as e:
+            outcome.status, outcome.error = "error", f"{type(e).__name__}: {e}"[:200]
+        finally:
+            if outcome.t_end is None:
+                outcome.t_end = time.perf_counter()
+        if last_event:
+            try:
+                final = json.loads(last_event)
+                meta = final.get("meta_info") or {}
+                outcome.final_meta = meta
+                if isinstance(meta.get("completion_tokens"), int):
+                    outcome.completion_tokens = meta["completion_tokens"]
+                if isinstance(meta.get("prompt_tokens"), int):
+                    outcome.prompt_tokens = meta["prompt_tokens"]
+                fr = meta.get("finish_reason")
+                if isinstance(fr, dict) and fr.get("type") == "abort" and outcome.status == "ok":
+                    outcome.status, outcome.error = "error", f"aborted: {fr.get('message')}"
+            except (json.JSONDecodeError, AttributeError):
+                outcome.prompt_tokens = _int_after(last_event, _PT_KEY)
+                outcome.completion_tokens = last_tokens or None
+        if outcome.status == "ok" and not outcome.token_events:
+            outcome.status, outcome.error = "error", "stream ended without a token"
+        return outcome
+
+
+def _error_message(data: bytes) -> str:
+    try:
+        err = json.loads(data).get("error")
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+    except (json.JSONDecodeError, AttributeError):
+        msg = data[:200].decode("utf-8", "replace")
+    return f"server error: {msg}"[:200]

@@ -1,0 +1,236 @@
+"""What the ramp sends: prompts of an exact token count, or prompts read from a dataset file.
+
+Synthetic prompts are seeded and reproducible: prompt i of seed s is the same on every run and
+for every arm, so two arms are compared on identical input.
+- With a local tokenizer directory (`--tokenizer`), prompts are text whose tokenization (with
+  the special tokens the server adds, e.g. BOS) is exactly `input_len` tokens.
+- Without one, prompts are `input_ids` sent to /generate: nothing needs a tokenizer and the
+  length is exact by construction. Ids are drawn from [1, id_limit); the default limit 4000 is
+  below every real vocabulary (the tiny test model has 4,097 entries).
+Dataset prompts are sent as text; their realised length is whatever the server counts (the
+client records `meta_info.prompt_tokens`, never a guess).
+
+Dataset formats (design.md "Workload files"):
+- JSONL of `{"prompt": "..."}`;
+- ShareGPT JSON: a list of `{"conversations": [{"from": "human", "value": "..."}, ...]}` (the
+  first human turn is the prompt; JSONL with one such object per line is read too);
+- SPEED-Bench JSONL: `{"category": "low_entropy", "turns": ["...", ...]}` (first turn).
+A bad line is counted and skipped with a warning naming file and line; a file with no usable
+line is a UsageError (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from specmon.errors import UsageError
+
+DEFAULT_ID_LIMIT = 4000
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: Optional[str] = None
+    input_ids: Optional[list[int]] = None
+
+    def payload(self) -> dict[str, Any]:
+        return {"input_ids": self.input_ids} if self.input_ids is not None else {"text": self.text}
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic prompts
+
+
+def random_ids(seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) -> list[int]:
+    """n token ids for prompt `index` of `seed`, reproducible across runs and Python versions."""
+    rng = random.Random(seed * 1_000_003 + index)
+    return [rng.randrange(1, id_limit) for _ in range(n)]
+
+
+def load_tokenizer(path: str):
+    """A local Hugging Face tokenizer (never downloaded). transformers is optional: import lazily."""
+    if not Path(path).is_dir():
+        raise UsageError(f"--tokenizer {path}: expected a local tokenizer directory")
+    try:
+        from transformers import AutoTokenizer  # heavy and optional: only when asked for
+    except ImportError:
+        raise UsageError(f"--tokenizer {path}: needs the 'transformers' package (pip install transformers), "
+                         "or leave --tokenizer out to send input_ids")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # a broken directory is bad input, not a crash
+        raise UsageError(f"--tokenizer {path}: could not load a tokenizer ({type(e).__name__}: {e})")
+
+
+def exact_text(tokenizer, seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) -> str:
+    """Text whose tokenization (special tokens included, as the server tokenizes) is n tokens.
+
+    Random ids decode to text that may re-tokenize to a different count (merges across id
+    boundaries); a few rounds of trimming or padding with more ids converge.
+    """
+    special = len(tokenizer("", add_special_tokens=True)["input_ids"])
+    want = max(n - special, 1)
+    limit = min(id_limit, getattr(tokenizer, "vocab_size", id_limit) or id_limit)
+    pool = random_ids(seed, index, want * 2 + 64, limit)
+    ids = pool[:want]
+    extra = want
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    for _ in range(8):
+        got = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(got) == want:
+            return text
+        if len(got) > want:
+            got = got[:want]
+        else:
+            got = got + pool[extra:extra + (want - len(got))]
+            extra += want - len(got)
+        text = tokenizer.decode(got, skip_special_tokens=True)
+    return text  # close enough; the realised count is recorded from meta_info anyway
+
+
+# --------------------------------------------------------------------------------------------
+# Dataset files
+
+
+@dataclass
+class Dataset:
+    path: str
+    prompts: list[str]
+    skipped: list[str] = field(default_factory=list)  # "FILE:LINE: why" per skipped line
+    categories: set[str] = field(default_factory=set)
+
+
+def _prompt_of(obj: Any, category: Optional[str]) -> Union[str, None, tuple[str, str]]:
+    """The prompt text of one record; ("skip", why) for a bad record; None when filtered out."""
+    if not isinstance(obj, dict):
+        return ("skip", "expected a JSON object")
+    if "turns" in obj:
+        turns = obj["turns"]
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0]:
+            return ("skip", "'turns' must be a non-empty list of strings")
+        if category is not None and obj.get("category") != category:
+            return None
+        return turns[0]
+    if "prompt" in obj:
+        p = obj["prompt"]
+        if not isinstance(p, str) or not p:
+            return ("skip", "'prompt' must be a non-empty string")
+        return p
+    if "conversations" in obj:
+        conv = obj["conversations"]
+        if isinstance(conv, list):
+            for turn in conv:
+                if isinstance(turn, dict) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str) and turn["value"]:
+                    return turn["value"]
+        return ("skip", "'conversations' has no human turn with a 'value'")
+    return ("skip", "expected a 'prompt', 'turns' or 'conversations' key")
+
+
+def load_dataset(path: str, category: Optional[str] = None) -> Dataset:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--dataset {path}: file not found")
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--dataset {path}: cannot read as UTF-8 text ({e})")
+    ds = Dataset(path=str(p), prompts=[])
+    records: list[tuple[int, Any]] = []
+    stripped = raw.lstrip()
+    whole = None
+    if stripped.startswith("["):
+        try:
+            whole = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--dataset {path}: a JSON array that does not parse (line {e.lineno}: {e.msg})")
+        # One record per array element; "line" in warnings is the element's 1-based index.
+        records = [(i + 1, obj) for i, obj in enumerate(whole)]
+    else:
+        for lineno, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as e:
+                ds.skipped.append(f"{path}:{lineno}: not valid JSON ({e.msg})")
+    where = "item" if whole is not None else "line"
+    has_turns = False
+    for lineno, obj in records:
+        if isinstance(obj, dict) and "turns" in obj:
+            has_turns = True
+            if isinstance(obj.get("category"), str):
+                ds.categories.add(obj["category"])
+        got = _prompt_of(obj, category)
+        if got is None:
+            continue
+        if isinstance(got, tuple):
+            ds.skipped.append(f"{path}:{where} {lineno}: {got[1]}" if whole is not None else f"{path}:{lineno}: {got[1]}")
+            continue
+        ds.prompts.append(got)
+    if category is not None and not has_turns:
+        raise UsageError(f"--category {category}: {path} has no SPEED-Bench rows (objects with 'category' and 'turns')")
+    if not ds.prompts:
+        if category is not None and ds.categories:
+            raise UsageError(f"--dataset {path}: no usable line with category {category!r} "
+                             f"(categories found: {', '.join(sorted(ds.categories))})")
+        raise UsageError(f"--dataset {path}: no usable prompt ({len(ds.skipped)} bad {where}s; expected "
+                         "JSONL of {\"prompt\": ...}, ShareGPT JSON, or SPEED-Bench JSONL)")
+    return ds
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class Workload:
+    """Prompt number i, for any arm: the same sequence everywhere, reproducible from the seed."""
+
+    def __init__(self, *, input_len: int = 1024, seed: int = 42, tokenizer: Optional[str] = None,
+                 dataset: Optional[str] = None, category: Optional[str] = None,
+                 id_limit: int = DEFAULT_ID_LIMIT):
+        if input_len <= 0:
+            raise UsageError(f"--input-len: expected a positive token count, got {input_len}")
+        if category is not None and dataset is None:
+            raise UsageError("--category: needs --dataset FILE (a SPEED-Bench JSONL)")
+        self.input_len = input_len
+        self.seed = seed
+        self.id_limit = id_limit
+        self.dataset = load_dataset(dataset, category) if dataset else None
+        self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
+        self._cache: dict[int, Prompt] = {}
+
+    @property
+    def skipped(self) -> list[str]:
+        return self.dataset.skipped if self.dataset else []
+
+    def describe(self) -> dict[str, Any]:
+        if self.dataset:
+            return {"kind": "dataset", "path": self.dataset.path, "prompts": len(self.dataset.prompts),
+                    "skipped_lines": len(self.dataset.skipped), "seed": self.seed}
+        return {"kind": "text" if self.tokenizer else "input_ids", "input_len": self.input_len, "seed": self.seed}
+
+    def prompt(self, index: int) -> Prompt:
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached
+        if self.dataset:
+            # Seeded shuffle order over the dataset, cycling when the ramp needs more prompts.
+            order = self._order()
+            p = Prompt(text=self.dataset.prompts[order[index % len(order)]])
+        elif self.tokenizer is not None:
+            p = Prompt(text=exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit))
+        else:
+            p = Prompt(input_ids=random_ids(self.seed, index, self.input_len, self.id_limit))
+        if len(self._cache) < 4096:
+            self._cache[index] = p
+        return p
+
+    def _order(self) -> list[int]:
+        if not hasattr(self, "_order_cache"):
+            idx = list(range(len(self.dataset.prompts)))
+            random.Random(self.seed).shuffle(idx)
+            self._order_cache = idx
+        return self._order_cache
