@@ -1,0 +1,601 @@
+"""The HTTP side: SGLang's endpoints on Starlette, with pure-ASGI middlewares for the API key,
+the HTTP metrics, the request log and the 503 fault (BaseHTTPMiddleware would buffer streams)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Optional
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+
+from specmon.servers.sim import formats
+from specmon.servers.sim.engine import PREFIX_BLOCK, Scheduler, SimRequest
+
+VERSION = "0.5.10.post1"
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+class SimState:
+    """Everything the handlers share."""
+
+    def __init__(self, *, cfg, physics, scheduler: Scheduler, clock, metrics, server_args: dict,
+                 logger):
+        self.cfg = cfg
+        self.ph = physics
+        self.sched = scheduler
+        self.clock = clock
+        self.metrics = metrics
+        self.server_args = server_args
+        self.log = logger
+        self.ready = False
+        self.in_flight = 0
+        self.served_model_name = cfg.served_model_name
+        a = cfg.args
+        self.enable_metrics = bool(a.enable_metrics)
+        self.api_key: Optional[str] = a.api_key
+        self.spec = bool(physics.p.drafter.algorithm)
+        self.num_draft_tokens = physics.num_draft_tokens
+        self.started_epoch = time.time()
+        self.rng_counter = 0
+
+
+def _err(message: str, status: int = 400) -> JSONResponse:
+    # SGLang's shape for a request its tokenizer manager rejects (ValueError -> 400).
+    return JSONResponse({"error": {"message": message}}, status_code=status)
+
+
+def _validation_err(errors: list, path: str, where: str) -> JSONResponse:
+    # SGLang's shape for a body FastAPI/pydantic rejects: openai-style error with the pydantic list.
+    n = len(errors)
+    lines = "\n".join(f"  {e!r}" for e in errors)
+    msg = (f"{n} validation error{'s' if n != 1 else ''}:\n{lines}\n\n  File \"sglang/srt/entrypoints/http_server.py\", "
+           f"in {where}\n    POST {path} {errors!r}")
+    return JSONResponse({"object": "error", "message": msg, "type": "Bad Request", "param": None, "code": 400},
+                        status_code=400)
+
+
+def _estimate_text_tokens(text: str) -> int:
+    # Without the model's tokenizer: ~4 characters per token, at least 1 (+1 for BOS as SGLang adds).
+    return max(1, (len(text) + 3) // 4) + 1
+
+
+def _prefix_hashes_ids(ids: list) -> list:
+    out, h = [], 0
+    for i in range(0, len(ids) - len(ids) % PREFIX_BLOCK, PREFIX_BLOCK):
+        h = hash((h, tuple(ids[i:i + PREFIX_BLOCK])))
+        out.append(h)
+    return out
+
+
+def _prefix_hashes_text(text: str) -> list:
+    out, h, step = [], 0, PREFIX_BLOCK * 4
+    for i in range(0, len(text) - len(text) % step, step):
+        h = hash((h, text[i:i + step]))
+        out.append(h)
+    return out
+
+
+def build_app(st: SimState) -> Starlette:
+    sched = st.sched
+
+    # -- request construction -------------------------------------------------------------------
+    def make_request(prompt, sampling: dict, rid: Optional[str], log_metrics: bool = True) -> SimRequest:
+        if isinstance(prompt, list):
+            prompt_len = len(prompt)
+            hashes = _prefix_hashes_ids(prompt)
+        else:
+            prompt_len = _estimate_text_tokens(prompt)
+            hashes = _prefix_hashes_text(prompt)
+        max_new = sampling.get("max_new_tokens")
+        max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
+        ignore_eos = bool(sampling.get("ignore_eos", False))
+        rid = rid or uuid.uuid4().hex
+        if ignore_eos or max_new <= 1:
+            target, by_eos = max(1, max_new), False
+        else:
+            # The "model" ends its answer after a length drawn per request (seeded by the rid).
+            natural = 16 + (hash(rid) % 600)
+            target, by_eos = (natural, True) if natural < max_new else (max_new, False)
+        return SimRequest(rid=rid, prompt_len=prompt_len, max_new_tokens=max(1, max_new), target_len=target,
+                          stop_by_eos=by_eos, t_created=st.clock.now(), log_metrics=log_metrics,
+                          prefix_hashes=hashes)
+
+    async def wait_updates(r: SimRequest):
+        """Yields (tokens_so_far, finished, error) each time the scheduler flushes this request."""
+        n = 0
+        while True:
+            await r.event.wait()
+            r.event.clear()
+            ups, r.pending = r.pending, []
+            fin, err = False, None
+            for u in ups:
+                n += u.new_tokens
+                fin = fin or u.finished
+                err = err or u.error
+            if ups:
+                yield n, fin, err
+            if fin or err:
+                return
+
+    def check_prompt(body: dict):
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is not None and not isinstance(text, (str, list)):
+            return None, _validation_err([
+                {"type": "string_type", "loc": ("body", "text", "str"), "msg": "Input should be a valid string", "input": text},
+                {"type": "list_type", "loc": ("body", "text", "list[str]"), "msg": "Input should be a valid list", "input": text}],
+                "/generate", "generate_request")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(x, (int, list)) and not isinstance(x, bool) for x in ids)):
+            bad = ids if not isinstance(ids, list) else next(x for x in ids if not isinstance(x, (int, list)) or isinstance(x, bool))
+            return None, _validation_err([
+                {"type": "list_type", "loc": ("body", "input_ids", "list[list[int]]", 0), "msg": "Input should be a valid list", "input": bad},
+                {"type": "int_parsing", "loc": ("body", "input_ids", "list[int]", 0),
+                 "msg": "Input should be a valid integer, unable to parse string as an integer", "input": bad}],
+                "/generate", "generate_request")
+        if text is None and ids is None and body.get("input_embeds") is None:
+            return None, _err("Either text, input_ids or input_embeds should be provided.", 400)
+        prompt = ids if ids is not None else text
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
+            return None, _err("The simulator serves one prompt per request (batched input is not simulated).", 400)
+        n = len(prompt) if isinstance(prompt, list) else _estimate_text_tokens(prompt)
+        if n + 1 > st.ph.max_total_tokens or n >= st.ph.p.model.context_len:
+            lim = min(st.ph.max_total_tokens, st.ph.p.model.context_len)
+            return None, _err(f"The input ({n} tokens) is longer than the model's context length ({lim} tokens).", 400)
+        return prompt, None
+
+    async def read_json(request: Request, where: str):
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return None, _validation_err([{"type": "json_invalid", "loc": ("body", 0), "msg": "JSON decode error",
+                                           "input": {}, "ctx": {"error": getattr(e, "msg", str(e))}}],
+                                         request.url.path, where)
+        if not isinstance(body, dict):
+            return None, _validation_err([{"type": "dataclass_type", "loc": ("body",),
+                                           "msg": "Input should be a dictionary or an instance of GenerateReqInput",
+                                           "input": body, "ctx": {"class_name": "GenerateReqInput"}}],
+                                         request.url.path, where)
+        return body, None
+
+    # -- /generate ------------------------------------------------------------------------------
+    async def generate(request: Request):
+        body, err = await read_json(request, "generate_request")
+        if err:
+            return err
+        sp = body.get("sampling_params") or {}
+        if not isinstance(sp, (dict, list)):
+            return _validation_err([
+                {"type": "list_type", "loc": ("body", "sampling_params", "list[dict[any,any]]"),
+                 "msg": "Input should be a valid list", "input": sp},
+                {"type": "dict_type", "loc": ("body", "sampling_params", "dict[any,any]"),
+                 "msg": "Input should be a valid dictionary", "input": sp}], "/generate", "generate_request")
+        if isinstance(sp, list):
+            sp = sp[0] if sp and isinstance(sp[0], dict) else {}
+        prompt, err = check_prompt(body)
+        if err:
+            return err
+        try:
+            mnt = sp.get("max_new_tokens")
+            if mnt is not None and int(mnt) < 0:
+                return _err("max_new_tokens must be at least 0, got %s." % mnt, 400)
+            temp = sp.get("temperature")
+            if temp is not None and float(temp) < 0:
+                return _err("temperature must be non-negative, got %s." % temp, 400)
+        except (TypeError, ValueError) as e:
+            return _err(f"Invalid sampling_params: {e}", 400)
+        r = make_request(prompt, sp, body.get("rid") if isinstance(body.get("rid"), str) else None,
+                         bool(body.get("log_metrics", True)))
+        sched.submit(r)
+        stream = bool(body.get("stream", False))
+        if stream:
+            return StreamingResponse(gen_stream(r), media_type="text/event-stream")
+        try:
+            n = 0
+            async for n, fin, error in wait_updates(r):
+                if error:
+                    return _err(error, 400)
+        except asyncio.CancelledError:
+            sched.abort(r)
+            raise
+        ss = formats.StreamState(r)
+        ss.advance(n)
+        meta = meta_for(r, n, True)
+        return Response(formats.generate_chunk(ss, meta), media_type="application/json")
+
+    def meta_for(r: SimRequest, n: int, final: bool) -> dict:
+        return formats.meta_info(r, n=n, final=final, clock=st.clock, enable_metrics=st.enable_metrics,
+                                 spec_draft_tokens=st.num_draft_tokens, speculative=st.spec,
+                                 t_now=st.clock.now())
+
+    async def gen_stream(r: SimRequest):
+        ss = formats.StreamState(r)
+        done = False
+        try:
+            async for n, fin, error in wait_updates(r):
+                if error:
+                    yield "data: " + json.dumps({"error": {"message": error}}) + "\n\n"
+                    break
+                ss.advance(n)
+                yield "data: " + formats.generate_chunk(ss, meta_for(r, n, fin)) + "\n\n"
+            yield "data: [DONE]\n\n"
+            done = True
+        finally:
+            if not done:
+                sched.abort(r)
+
+    # -- OpenAI ---------------------------------------------------------------------------------
+    def _oai_prompt(body: dict, chat: bool, path: str):
+        where = "openai_v1_chat_completions" if chat else "openai_v1_completions"
+        if chat:
+            msgs = body.get("messages")
+            if msgs is None:
+                return None, _validation_err([{"type": "missing", "loc": ("body", "messages"), "msg": "Field required",
+                                               "input": body}], path, where)
+            if not isinstance(msgs, list):
+                return None, _validation_err([{"type": "list_type", "loc": ("body", "messages"),
+                                               "msg": "Input should be a valid list", "input": msgs}], path, where)
+            if not msgs:
+                return None, _oai_err("Messages cannot be empty.")
+            parts = []
+            for m in msgs:
+                if not isinstance(m, dict) or "role" not in m:
+                    return None, _oai_err("Each message needs a role")
+                c = m.get("content")
+                if isinstance(c, list):
+                    c = " ".join(x.get("text", "") for x in c if isinstance(x, dict))
+                parts.append(f"<|{m['role']}|>\n{c or ''}\n")
+            return "".join(parts) + "<|assistant|>\n", None
+        p = body.get("prompt")
+        if p is None:
+            return None, _validation_err([{"type": "missing", "loc": ("body", "prompt"), "msg": "Field required",
+                                           "input": body}], path, where)
+        if isinstance(p, list) and p and isinstance(p[0], int):
+            return p, None
+        if isinstance(p, list):
+            if len(p) != 1 or not isinstance(p[0], str):
+                return None, _oai_err("The simulator serves one prompt per request.")
+            p = p[0]
+        if not isinstance(p, str):
+            return None, _oai_err("prompt must be a string or a list of token ids")
+        return p, None
+
+    def _oai_err(msg: str, status: int = 400) -> JSONResponse:
+        return JSONResponse({"object": "error", "message": msg, "type": "BadRequestError", "param": None,
+                             "code": status}, status_code=status)
+
+    async def openai(request: Request, chat: bool):
+        body, err = await read_json(request, "openai_v1_chat_completions" if chat else "openai_v1_completions")
+        if err:
+            return err
+        mt = body.get("max_tokens")
+        if isinstance(mt, int) and mt <= 0:
+            return _validation_err([{"type": "value_error", "loc": ("body", "max_tokens"),
+                                     "msg": "Value error, max_tokens must be positive", "input": mt,
+                                     "ctx": {"error": "ValueError('max_tokens must be positive')"}}],
+                                   request.url.path, "openai_v1_chat_completions" if chat else "openai_v1_completions")
+        prompt, err = _oai_prompt(body, chat, request.url.path)
+        if err:
+            return err
+        model = body.get("model") or "default"
+        mt = body.get("max_completion_tokens") if chat else None
+        mt = mt if mt is not None else body.get("max_tokens")
+        if mt is None and not chat:
+            mt = 16
+        sp = {"max_new_tokens": mt, "ignore_eos": body.get("ignore_eos", False),
+              "temperature": body.get("temperature")}
+        n_tok = len(prompt) if isinstance(prompt, list) else _estimate_text_tokens(prompt)
+        if n_tok + 1 > st.ph.max_total_tokens:
+            return _oai_err(f"The input ({n_tok} tokens) is longer than the model's context length "
+                            f"({st.ph.max_total_tokens} tokens).")
+        r = make_request(prompt, sp, None)
+        rid = ("chatcmpl-" if chat else "cmpl-") + r.rid[:32]
+        created = int(time.time())
+        sched.submit(r)
+        if body.get("stream"):
+            so = body.get("stream_options") or {}
+            include_usage = bool(so.get("include_usage"))
+            return StreamingResponse(oai_stream(r, rid, created, model, chat, include_usage),
+                                     media_type="text/event-stream")
+        n = 0
+        try:
+            async for n, fin, error in wait_updates(r):
+                if error:
+                    return _oai_err(error)
+        except asyncio.CancelledError:
+            sched.abort(r)
+            raise
+        ss = formats.StreamState(r)
+        ss.advance(n)
+        fr = formats.oai_finish_reason(r)
+        matched = 2 if fr == "stop" else None
+        u = formats.usage(r)
+        if chat:
+            out = {"id": rid, "object": "chat.completion", "created": created, "model": model,
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": ss.text,
+                                                        "reasoning_content": None, "tool_calls": None},
+                                "logprobs": None, "finish_reason": fr, "matched_stop": matched}],
+                   "usage": u, "metadata": {"weight_version": "default"}}
+        else:
+            out = {"id": rid, "object": "text_completion", "created": created, "model": model,
+                   "choices": [{"index": 0, "text": ss.text, "logprobs": None, "finish_reason": fr,
+                                "matched_stop": matched}],
+                   "usage": u, "metadata": {"weight_version": "default"}}
+        return JSONResponse(out)
+
+    async def oai_stream(r: SimRequest, rid: str, created: int, model: str, chat: bool, include_usage: bool):
+        ss = formats.StreamState(r)
+        done = False
+        try:
+            if chat:
+                yield "data: " + formats.chat_chunk(rid, created, model, role="assistant", content="") + "\n\n"
+            async for n, fin, error in wait_updates(r):
+                if error:
+                    yield "data: " + json.dumps({"error": {"message": error}}) + "\n\n"
+                    break
+                piece = ss.advance(n)
+                fr = formats.oai_finish_reason(r) if fin else None
+                matched = 2 if fr == "stop" else None
+                if chat:
+                    if piece:
+                        yield "data: " + formats.chat_chunk(rid, created, model, content=piece) + "\n\n"
+                    if fin:
+                        yield "data: " + formats.chat_chunk(rid, created, model, finish=fr, matched=matched) + "\n\n"
+                elif piece or fin:
+                    # SGLang puts finish_reason on the completion chunk that carries the last tokens.
+                    yield "data: " + formats.completion_chunk(rid, created, model, piece, fr, matched) + "\n\n"
+                if fin:
+                    if include_usage:
+                        obj = "chat.completion.chunk" if chat else "text_completion"
+                        yield "data: " + formats.usage_chunk(rid, created, model, obj, r) + "\n\n"
+            yield "data: [DONE]\n\n"
+            done = True
+        finally:
+            if not done:
+                sched.abort(r)
+
+    async def completions(request: Request):
+        return await openai(request, chat=False)
+
+    async def chat_completions(request: Request):
+        return await openai(request, chat=True)
+
+    # -- info endpoints -------------------------------------------------------------------------
+    async def health(request: Request):
+        return Response(status_code=200 if st.ready else 503)
+
+    def internal_state() -> dict:
+        d = dict(st.server_args)
+        d["last_gen_throughput"] = sched.last_gen_throughput
+        d["memory_usage"] = {"weight": round(st.ph.weight_bytes / 1e9 + st.ph.draft_weight_bytes / 1e9, 2),
+                             "kvcache": round(st.ph.kv_cache_gb, 2), "token_capacity": st.ph.max_total_tokens,
+                             "graph": st.ph.graph_gb}
+        d["effective_max_running_requests_per_dp"] = sched.max_running_requests
+        acc = sched.lifetime_accept_length
+        if acc is not None and sched.decode_steps >= sched.decode_log_interval:
+            d["avg_spec_accept_length"] = acc
+        return d
+
+    async def server_info(request: Request):
+        info = dict(st.server_args)
+        info.update({"status": "ready", "max_total_num_tokens": st.ph.max_total_tokens,
+                     "max_req_input_len": min(st.ph.max_total_tokens - 1, st.ph.p.model.context_len) - 1,
+                     "internal_states": [internal_state()], "version": VERSION,
+                     "sim_speed": st.clock.speed, "sim_profile": st.cfg.profile.name})
+        return JSONResponse(info)
+
+    async def model_info(request: Request):
+        return JSONResponse({"model_path": st.cfg.model_path, "tokenizer_path": st.cfg.model_path,
+                             "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                             "has_image_understanding": False, "has_audio_understanding": False,
+                             "model_type": "qwen3", "architectures": [st.ph.p.model.architecture]})
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{
+            "id": st.served_model_name, "object": "model", "created": int(st.started_epoch), "owned_by": "sglang",
+            "root": st.served_model_name, "parent": None, "max_model_len": st.ph.p.model.context_len}]})
+
+    def loads_entry(include: set) -> dict:
+        used = sched.num_used_tokens
+        e = {"num_running_reqs": len(sched.running), "num_waiting_reqs": len(sched.waiting),
+             "num_used_tokens": used, "max_total_num_tokens": sched.max_total_tokens,
+             "token_usage": round(sched.token_usage, 4),
+             "gen_throughput": round(sched.last_gen_throughput, 2) if st.enable_metrics else 0.0,
+             "cache_hit_rate": round(sched.last_cache_hit_rate, 4) if st.enable_metrics else 0.0,
+             "utilization": 0.0, "max_running_requests": sched.max_running_requests}
+        if "memory" in include:
+            e["memory"] = {"weight_gb": round(st.ph.weight_bytes / 1e9, 2), "kv_cache_gb": round(st.ph.kv_cache_gb, 2),
+                           "graph_gb": st.ph.graph_gb, "token_capacity": st.ph.max_total_tokens}
+        if "spec" in include and sched.lifetime_accept_length is not None \
+                and sched.decode_steps >= sched.decode_log_interval:
+            e["speculative"] = {"accept_length": sched.lifetime_accept_length,
+                                "accept_rate": sched.last_spec_accept_rate if st.enable_metrics else 0.0}
+        if "disagg" in include:
+            e["disaggregation"] = {"mode": "null", "prefill_prealloc_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
+                                   "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
+                                   "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
+                                   "kv_transfer_latency_ms": 0.0}
+        if "queues" in include:
+            e["queues"] = {"waiting": len(sched.waiting), "grammar": 0, "paused": 0, "retracted": 0}
+        e["num_total_reqs"] = len(sched.running) + len(sched.waiting)
+        return e
+
+    async def v1_loads(request: Request):
+        inc = request.query_params.get("include", "all")
+        include = {x.strip() for x in inc.split(",")}
+        if "all" in include:
+            include = {"core", "memory", "spec", "lora", "disagg", "queues"}
+        e = loads_entry(include)
+        if request.query_params.get("format") == "prometheus":
+            lines = []
+            for k, v in e.items():
+                if isinstance(v, dict):
+                    for k2, v2 in v.items():
+                        if isinstance(v2, (int, float)) and not isinstance(v2, bool):
+                            lines.append(f'sglang_{k}_{k2}{{dp_rank="None"}} {v2}')
+                elif isinstance(v, (int, float)):
+                    lines.append(f'sglang_{k}{{dp_rank="None"}} {v}')
+            return PlainTextResponse("\n".join(lines) + "\n")
+        return JSONResponse({
+            "timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "dp_rank_count": 1,
+            "loads": [e],
+            "aggregate": {"total_running_reqs": e["num_running_reqs"], "total_waiting_reqs": e["num_waiting_reqs"],
+                          "total_reqs": e["num_total_reqs"], "avg_token_usage": e["token_usage"],
+                          "avg_throughput": e["gen_throughput"], "avg_utilization": 0.0}})
+
+    async def get_load(request: Request):
+        st.log.warning("The /get_load endpoint is deprecated; use /v1/loads.")
+        waiting_tokens = sum(r.prompt_len for r in sched.waiting)
+        return JSONResponse([{"rid": None, "http_worker_ipc": None, "dp_rank": None,
+                              "num_reqs": len(sched.running) + len(sched.waiting),
+                              "num_waiting_reqs": len(sched.waiting),
+                              "num_tokens": sched.num_used_tokens + waiting_tokens, "ts_tic": time.perf_counter()}])
+
+    async def flush_cache(request: Request):
+        timeout = request.query_params.get("timeout")
+        if timeout is not None:
+            try:
+                deadline = time.monotonic() + float(timeout)
+            except ValueError:
+                deadline = time.monotonic()
+            while not sched.is_idle() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        if not sched.is_idle():
+            st.log.warning(f"Cache not flushed because there are pending requests. "
+                           f"#queue-req: {len(sched.waiting)}, #running-req: {len(sched.running)}")
+            return PlainTextResponse("Cache not flushed. Please check backend logs for more details. "
+                                     "(When there are running or waiting requests, the operation will not be performed.)\n",
+                                     status_code=400)
+        sched.flush_prefix_cache()
+        st.log.info("Cache flushed successfully!")
+        return Response("Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation will not be performed.)\n")
+
+    async def set_internal_state(request: Request):
+        sched.lifetime_verify = 0
+        sched.lifetime_spec_tokens = 0
+        return JSONResponse({"updated": True, "server_args": st.server_args})
+
+    routes = [
+        Route("/generate", generate, methods=["POST", "PUT"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/health_generate", health, methods=["GET"]),
+        Route("/server_info", server_info, methods=["GET"]),
+        Route("/get_server_info", server_info, methods=["GET"]),
+        Route("/model_info", model_info, methods=["GET"]),
+        Route("/get_model_info", model_info, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/loads", v1_loads, methods=["GET"]),
+        Route("/get_load", get_load, methods=["GET"]),
+        Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
+        Route("/set_internal_state", set_internal_state, methods=["POST", "PUT"]),
+    ]
+    if st.enable_metrics and st.metrics is not None:
+        mount = Mount("/metrics", app=metrics_app(st))
+        # As SGLang does: serve /metrics itself, not only /metrics/ (no redirect).
+        mount.path_regex = re.compile("^/metrics(?P<path>.*)$")
+        routes.append(mount)
+    async def not_found(request, exc):
+        detail = "Method Not Allowed" if exc.status_code == 405 else "Not Found"
+        headers = getattr(exc, "headers", None)
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    return app
+
+
+def metrics_app(st: SimState):
+    import prometheus_client
+
+    inner = prometheus_client.make_asgi_app(st.metrics.registry)
+    fault = st.cfg.args.fault_metrics
+
+    async def app(scope, receive, send):
+        if fault == "absent":
+            await PlainTextResponse("Not Found", status_code=404)(scope, receive, send)
+            return
+        if fault == "slow":
+            await asyncio.sleep(5.0)
+        if fault == "malformed":
+            body = b"# HELP sglang:num_running_reqs The number of running requests.\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{engine_type=\"unified\" 12.0.0\n\x00garbage {{{\n"
+            await Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")(scope, receive, send)
+            return
+        await inner(scope, receive, send)
+
+    return app
+
+
+def wrap_middlewares(app, st: SimState):
+    """Outermost first: request log, HTTP metrics, API key, overload 503."""
+    request_log = st.cfg.args.request_log
+    api_key = st.api_key
+    limit_503 = st.cfg.args.fault_503_above
+    m = st.metrics if st.enable_metrics else None
+    gen_paths = {"/generate", "/v1/completions", "/v1/chat/completions"}
+    log_fh = open(request_log, "a", buffering=1) if request_log else None
+
+    async def asgi(scope, receive, send):
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if log_fh is not None:
+            log_fh.write(f"{method} {path}\n")
+        if api_key and method != "OPTIONS" and not (path.startswith("/health") or path.startswith("/metrics")):
+            auth = ""
+            for k, v in scope.get("headers", []):
+                if k == b"authorization":
+                    auth = v.decode("latin-1")
+                    break
+            scheme, _, token = auth.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+                await _count(m, path, method, 401,
+                             JSONResponse({"error": "Unauthorized"}, status_code=401), scope, receive, send)
+                return
+        if limit_503 is not None and path in gen_paths and st.in_flight >= limit_503:
+            await _count(m, path, method, 503, JSONResponse(
+                {"object": "error", "message": "The server is overloaded (simulated fault).",
+                 "type": "ServiceUnavailableError", "param": None, "code": 503}, status_code=503),
+                scope, receive, send)
+            return
+        is_gen = path in gen_paths
+        if is_gen:
+            st.in_flight += 1
+        status = {"code": 500}
+
+        async def send_wrap(msg):
+            if msg["type"] == "http.response.start":
+                status["code"] = msg["status"]
+            await send(msg)
+
+        if m is not None:
+            m.http_requests_total.labels(endpoint=path, method=method).inc()
+            active = m.http_requests_active.labels(endpoint=path, method=method)
+            active.inc()
+        try:
+            await app(scope, receive, send_wrap)
+        finally:
+            if is_gen:
+                st.in_flight -= 1
+            if m is not None:
+                active.dec()
+                m.http_responses_total.labels(endpoint=path, method=method, status_code=str(status["code"])).inc()
+
+    return asgi
+
+
+async def _count(m, path, method, code, response, scope, receive, send):
+    if m is not None:
+        m.http_requests_total.labels(endpoint=path, method=method).inc()
+        m.http_responses_total.labels(endpoint=path, method=method, status_code=str(code)).inc()
+    await response(scope, receive, send)

@@ -1,0 +1,129 @@
+"""Command line of `specmon sim`: SGLang's launch flags that matter, harmless ones accepted and
+ignored, plus the simulator's own (--profile, --speed, faults)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Optional
+
+from specmon.errors import UsageError
+from specmon.servers.sim.profiles import DEFAULT_PROFILE, DRAFTERS, PROFILES, Profile
+
+IGNORED_VALUE_FLAGS = ["--device", "--load-format", "--attention-backend", "--quantization", "--log-level",
+                       "--log-level-http", "--chunked-prefill-size", "--tokenizer-path", "--dtype", "--context-length",
+                       "--dp-size", "--data-parallel-size", "--random-seed", "--page-size", "--schedule-policy",
+                       "--cuda-graph-max-bs", "--speculative-draft-model-revision", "--watchdog-timeout",
+                       "--mamba-scheduler-strategy", "--reasoning-parser", "--tool-call-parser", "--admin-api-key",
+                       "--uvicorn-access-log-exclude-prefixes", "--max-prefill-tokens", "--stream-interval"]
+IGNORED_BOOL_FLAGS = ["--trust-remote-code", "--skip-server-warmup", "--disable-cuda-graph", "--enable-cache-report",
+                      "--disable-radix-cache", "--enable-mixed-chunk", "--disable-overlap-schedule",
+                      "--enable-metrics-for-all-schedulers", "--enable-torch-compile"]
+SPEC_ALGOS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"]
+KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 through UsageError
+        raise UsageError(f"{message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="specmon sim", description="A simulated SGLang 0.5.10.post1 server on 127.0.0.1.")
+    p.add_argument("--model-path", "--model", default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default=None)
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-draft-model-path", default=None)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    for f in IGNORED_VALUE_FLAGS:
+        p.add_argument(f, default=None, dest="ignored_" + f.strip("-").replace("-", "_"))
+    for f in IGNORED_BOOL_FLAGS:
+        p.add_argument(f, action="store_true", dest="ignored_" + f.strip("-").replace("-", "_"))
+    # simulator's own
+    p.add_argument("--profile", default=None, help=f"named profile (default {DEFAULT_PROFILE}); see --list-profiles")
+    p.add_argument("--list-profiles", action="store_true")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
+    p.add_argument("--drafter", default=None, help="override the profile's drafter: " + ", ".join(DRAFTERS))
+    p.add_argument("--request-log", default=None, help="append 'METHOD PATH' per HTTP request to this file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--startup-s", type=float, default=None,
+                   help="simulated startup time before /health turns 200 (default from the profile)")
+    p.add_argument("--fault-crash-after", type=int, default=None)
+    p.add_argument("--fault-stall-after", type=int, default=None)
+    p.add_argument("--fault-stall-s", type=float, default=5.0)
+    p.add_argument("--fault-metrics", choices=["slow", "malformed", "absent"], default=None)
+    p.add_argument("--fault-refuse", action="store_true")
+    p.add_argument("--fault-503-above", type=int, default=None)
+    return p
+
+
+@dataclass
+class SimConfig:
+    args: argparse.Namespace
+    profile: Profile
+    model_path: str
+    served_model_name: str
+
+
+def resolve(args: argparse.Namespace) -> SimConfig:
+    name = args.profile or DEFAULT_PROFILE
+    if name not in PROFILES:
+        raise UsageError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")
+    prof = PROFILES[name]
+    if args.speed <= 0:
+        raise UsageError(f"--speed must be positive, got {args.speed}")
+    if args.drafter:
+        if args.drafter not in DRAFTERS:
+            raise UsageError(f"unknown drafter {args.drafter!r}; known: {', '.join(DRAFTERS)}")
+        prof = prof.with_overrides(drafter=DRAFTERS[args.drafter])
+    algo = args.speculative_algorithm
+    if algo is not None:
+        algo_u = algo.upper()
+        if algo_u not in SPEC_ALGOS:
+            raise UsageError(f"--speculative-algorithm {algo!r}: expected one of {', '.join(SPEC_ALGOS)}")
+        if not prof.drafter.algorithm:
+            # Speculation asked for on a no-spec profile: MTP-like heads, as SGLang would run them.
+            prof = prof.with_overrides(drafter=DRAFTERS["mtp"])
+        d = prof.drafter
+        if algo_u == "NEXTN":
+            algo_u = "EAGLE"
+        steps = args.speculative_num_steps or d.num_steps
+        topk = args.speculative_eagle_topk or d.eagle_topk
+        ndt = args.speculative_num_draft_tokens or (steps + 1 if topk == 1 and d.name == "mtp" else d.num_draft_tokens)
+        from dataclasses import replace
+        prof = prof.with_overrides(drafter=replace(
+            d, algorithm=algo_u, num_steps=steps, eagle_topk=topk, num_draft_tokens=ndt,
+            draft_passes=steps if d.draft_positions == 1 else d.draft_passes,
+            draft_model_path=args.speculative_draft_model_path or d.draft_model_path))
+    prof = prof.with_overrides(mem_fraction_static=args.mem_fraction_static,
+                               max_total_tokens=args.max_total_tokens,
+                               max_running_requests=args.max_running_requests,
+                               kv_cache_dtype=args.kv_cache_dtype)
+    if args.ignored_chunked_prefill_size:
+        try:
+            prof = prof.with_overrides(chunked_prefill_size=int(args.ignored_chunked_prefill_size))
+        except ValueError:
+            raise UsageError(f"--chunked-prefill-size expects an integer, got {args.ignored_chunked_prefill_size!r}")
+    model_path = args.model_path or prof.model.model_path
+    return SimConfig(args=args, profile=prof, model_path=model_path,
+                     served_model_name=args.served_model_name or model_path)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def optional_int(v) -> Optional[int]:
+    return None if v is None else int(v)

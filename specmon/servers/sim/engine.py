@@ -1,0 +1,496 @@
+"""The simulated scheduler: one asyncio task forms prefill/decode batches in simulated time, like
+SGLang's event loop (prefill first when something can be admitted, else one decode/verify pass),
+and hands each request its tokens through a small mailbox that the HTTP stream drains.
+
+Admission is FIFO and needs prompt + reserved output room (SGLang's new_token_ratio) free in the
+KV pool and a free slot under max_running_requests; a decode pass that would overflow the pool
+retracts the youngest request back to the queue, as SGLang does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from specmon.servers.sim.clock import SimClock
+from specmon.servers.sim.physics import Physics
+
+log = logging.getLogger("sglang.sim.scheduler")
+
+WORDS = [" the", " of", " and", " to", " in", " a", " is", " that", " for", " it", " as", " was",
+         " with", " be", " by", " on", " not", " he", " this", " are", " or", " his", " from", " at",
+         " which", " but", " have", " an", " had", " they", " you", " were", " their", " one", " all",
+         " we", " can", " her", " has", " there", " been", " if", " more", " when", " will", " would",
+         " who", " so", " no", " code", " data", " model", " token", " cache", " batch", " step",
+         " value", " state", " line", " file", " return", " self", " def", " class"]
+EOS_TOKEN_ID = 2
+CLIP_MAX_NEW_TOKENS = 4096
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+PREFIX_BLOCK = 32
+IDLE_REPORT_S = 30.0
+
+
+@dataclass
+class Update:
+    """What one scheduler flush delivers to one request's stream."""
+    new_tokens: int
+    t: float                     # simulated time the tokens became available
+    finished: bool = False
+    error: Optional[str] = None
+
+
+@dataclass(eq=False)
+class SimRequest:
+    rid: str
+    prompt_len: int
+    max_new_tokens: int
+    target_len: int              # where it will stop (max_new_tokens with ignore_eos)
+    stop_by_eos: bool
+    t_created: float
+    log_metrics: bool = True
+    prefix_hashes: list = field(default_factory=list)
+    # scheduler state
+    prefilled: int = 0
+    cached_tokens: int = 0
+    output_len: int = 0
+    t_queued: float = 0.0
+    t_forward_entry: Optional[float] = None
+    t_prefill_done: Optional[float] = None
+    t_first_token: Optional[float] = None
+    t_finished: Optional[float] = None
+    verify_ct: int = 0
+    accepted_drafts: int = 0
+    accept_hist: list = field(default_factory=list)
+    retractions: int = 0
+    finished: bool = False
+    aborted: bool = False
+    # delivery
+    delivered: int = 0
+    t_last_delivery: Optional[float] = None
+    pending: list = field(default_factory=list)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    _ids: list = field(default_factory=list)
+    _text_parts: list = field(default_factory=list)
+
+    @property
+    def seq_len(self) -> int:
+        return self.prefilled + self.output_len
+
+    def token_ids(self, n: int) -> list[int]:
+        while len(self._ids) < n:
+            i = len(self._ids)
+            if self.stop_by_eos and i == self.target_len - 1:
+                self._ids.append(EOS_TOKEN_ID)
+            else:
+                self._ids.append(100 + (hash((self.rid, i)) % 31000))
+        return self._ids[:n]
+
+    def text_upto(self, n: int) -> str:
+        ids = self.token_ids(n)
+        while len(self._text_parts) < n:
+            tid = ids[len(self._text_parts)]
+            self._text_parts.append("" if tid == EOS_TOKEN_ID else WORDS[tid % len(WORDS)])
+        return "".join(self._text_parts[:n])
+
+
+class Hooks:
+    """Observers of scheduler events (metrics, faults); all methods optional no-ops."""
+
+    def on_prefill_report(self, s: "Scheduler", new_seqs: int, new_tokens: int, cached: int,
+                          running_before: int, input_tput: float) -> None: ...
+    def on_decode_report(self, s: "Scheduler", window: dict) -> None: ...
+    def on_idle_report(self, s: "Scheduler") -> None: ...
+    def on_prefill_pass(self, s: "Scheduler", new_tokens: int, cached: int) -> None: ...
+    def on_decode_pass(self, s: "Scheduler", tokens: int) -> None: ...
+    def on_first_scheduled(self, s: "Scheduler", r: SimRequest) -> None: ...
+    def on_prefill_done(self, s: "Scheduler", r: SimRequest) -> None: ...
+    def on_chunk(self, s: "Scheduler", r: SimRequest, new_tokens: int, t: float) -> None: ...
+    def on_finish(self, s: "Scheduler", r: SimRequest) -> None: ...
+    def on_retract(self, s: "Scheduler", r: SimRequest, in_tok: int, out_tok: int) -> None: ...
+
+
+class Scheduler:
+    def __init__(self, physics: Physics, clock: SimClock, *, max_running_requests: int,
+                 chunked_prefill_size: int, max_prefill_tokens: int, decode_log_interval: int,
+                 hooks: Optional[Hooks] = None, log_lines: bool = True, seed: int = 0,
+                 flush_wall_s: float = 0.01):
+        self.ph = physics
+        self.clock = clock
+        self.max_total_tokens = physics.max_total_tokens
+        self.max_running_requests = max_running_requests
+        self.chunked_prefill_size = chunked_prefill_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.hooks = hooks or Hooks()
+        self.log_lines = log_lines
+        self.rng = random.Random(seed)
+        self.flush_wall_s = flush_wall_s
+        self.spec = bool(physics.p.drafter.algorithm)
+
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.chunked: Optional[SimRequest] = None
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.t = 0.0                       # simulated time the GPU is busy until
+        self._wake = asyncio.Event()
+        self._task: Optional[asyncio.Task] = None
+        self._dirty: set = set()
+        self.prefix_cache: dict = {}
+        self.stalled_until_wall = 0.0
+        # statistics
+        self.finished_count = 0
+        self.last_gen_throughput = 0.0
+        self.lifetime_verify = 0           # request-passes (one per request per verify pass)
+        self.lifetime_spec_tokens = 0
+        self.window = self._new_window()
+        self.last_prefill_t: Optional[float] = None
+        self.last_prefill_tokens = 0
+        self.decode_steps = 0
+        self.last_spec_accept_length = 0.0
+        self.last_spec_accept_rate = 0.0
+        self.last_cache_hit_rate = 0.0
+        self.total_retracted = 0
+        self.on_finished_callbacks: list[Callable[[SimRequest], None]] = []
+
+    # -- public API ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._task.add_done_callback(self._on_loop_done)
+
+    @staticmethod
+    def _on_loop_done(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # A dead scheduler would hang every stream: fail loudly, like SGLang's watchdog.
+            log.error("Scheduler hit an exception", exc_info=task.exception())
+            import os
+            os._exit(1)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def submit(self, r: SimRequest) -> None:
+        r.t_queued = self.clock.now()
+        self._match_prefix(r)
+        self.waiting.append(r)
+        self._wake.set()
+
+    def abort(self, r: SimRequest) -> None:
+        """Client went away: free its slot."""
+        if r.finished:
+            return
+        r.aborted = True
+        r.finished = True
+        if r in self.waiting:
+            self.waiting.remove(r)
+        if r in self.running:
+            self.running.remove(r)
+        if self.chunked is r:
+            self.chunked = None
+
+    def flush_prefix_cache(self) -> None:
+        self.prefix_cache.clear()
+
+    @property
+    def num_used_tokens(self) -> int:
+        n = sum(r.seq_len for r in self.running)
+        if self.chunked is not None:
+            n += self.chunked.prefilled
+        return n
+
+    @property
+    def token_usage(self) -> float:
+        return self.num_used_tokens / self.max_total_tokens if self.max_total_tokens else 0.0
+
+    @property
+    def lifetime_accept_length(self) -> Optional[float]:
+        if not self.spec or self.lifetime_verify == 0:
+            return None
+        return self.lifetime_spec_tokens / self.lifetime_verify
+
+    def is_idle(self) -> bool:
+        return not self.waiting and not self.running and self.chunked is None
+
+    # -- prefix cache (device radix cache, block granularity) -----------------------------------
+    def _match_prefix(self, r: SimRequest) -> None:
+        hit = 0
+        for i, h in enumerate(r.prefix_hashes):
+            if h in self.prefix_cache:
+                hit = (i + 1) * PREFIX_BLOCK
+            else:
+                break
+        r.cached_tokens = min(hit, max(0, r.prompt_len - 1))
+
+    def _insert_prefix(self, r: SimRequest) -> None:
+        if len(self.prefix_cache) > 200000:
+            self.prefix_cache.clear()
+        for h in r.prefix_hashes:
+            self.prefix_cache[h] = True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _new_window(self) -> dict:
+        return {"tokens": 0, "passes": 0, "req_passes": 0, "spec_tokens": 0, "t0": None}
+
+    async def _loop(self) -> None:
+        last_flush = time.monotonic()
+        last_idle_report = self.clock.now()
+        while True:
+            if self.is_idle():
+                self._flush()
+                self.clock.hold_near(None)
+                self._wake.clear()
+                timeout = max(0.001, (last_idle_report + IDLE_REPORT_S - self.clock.now()) / self.clock.speed)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+                    self.last_gen_throughput = 0.0
+                    self.hooks.on_idle_report(self)
+                    last_idle_report = self.clock.now()
+                    continue
+                # The GPU was idle: work starts when the request arrived, not when this task woke
+                # up (event-loop latency would otherwise be multiplied by the speed factor).
+                first = min((r.t_queued for r in self.waiting), default=self.clock.now())
+                self.t = max(self.t, first)
+                self.window["t0"] = None
+            if self.stalled_until_wall > time.monotonic():
+                self._flush()
+                await asyncio.sleep(self.stalled_until_wall - time.monotonic())
+                self.t = max(self.t, self.clock.now())
+            # One forward pass starting at self.t.
+            if not self._run_prefill():
+                if self.running:
+                    self._run_decode()
+                else:
+                    # Waiting requests that cannot be admitted and nothing running: cannot happen
+                    # unless one request is bigger than the pool; fail it.
+                    r = self.waiting.popleft()
+                    r.finished = True
+                    r.pending.append(Update(0, self.t, True, error=(
+                        f"Input length ({r.prompt_len} tokens) exceeds the maximum allowed length "
+                        f"({self.max_total_tokens} tokens). Use a shorter input or enable --allow-auto-truncate.")))
+                    r.event.set()
+                    continue
+            self.clock.hold_near(self.t)
+            delay = self.clock.wall_delay(self.t)
+            if delay > 0:
+                self._flush()
+                last_flush = time.monotonic()
+                await asyncio.sleep(delay)
+            elif time.monotonic() - last_flush >= self.flush_wall_s:
+                self._flush()
+                last_flush = time.monotonic()
+                await asyncio.sleep(0)
+            last_idle_report = self.t
+
+    def _flush(self) -> None:
+        if not self._dirty:
+            return
+        for r in self._dirty:
+            r.event.set()
+        self._dirty.clear()
+
+    def _deliver(self, r: SimRequest, n: int, t: float, finished: bool = False) -> None:
+        if r.aborted:
+            return
+        r.pending.append(Update(n, t, finished))
+        self._dirty.add(r)
+        self.hooks.on_chunk(self, r, n, t)
+
+    # -- prefill -------------------------------------------------------------------------------
+    def _rem_total_tokens(self) -> float:
+        reserved = 0.0
+        for r in self.running:
+            reserved += min(r.max_new_tokens - r.output_len, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+        if self.chunked is not None:
+            c = self.chunked
+            reserved += (c.prompt_len - c.prefilled) + min(c.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+        return self.max_total_tokens - self.num_used_tokens - reserved
+
+    def _run_prefill(self) -> bool:
+        if self.chunked is None and not self.waiting:
+            return False
+        running_before = len(self.running)
+        budget_chunk = self.chunked_prefill_size
+        budget_prefill = self.max_prefill_tokens
+        rem_total = self._rem_total_tokens()
+        batch: list[tuple[SimRequest, int]] = []     # (request, tokens computed this pass)
+        if self.chunked is not None:
+            c = self.chunked
+            n = min(c.prompt_len - c.prefilled, budget_chunk)
+            batch.append((c, n))
+            budget_chunk -= n
+            budget_prefill -= n
+        slots = self.max_running_requests - len(self.running) - (1 if self.chunked is not None else 0)
+        while self.waiting and budget_chunk > 0 and slots > 0:
+            r = self.waiting[0]
+            need_in = r.prompt_len - r.cached_tokens
+            need_total = r.prompt_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            if need_total > rem_total:
+                break
+            if need_in > budget_prefill and batch:
+                break
+            self.waiting.popleft()
+            rem_total -= need_total
+            slots -= 1
+            r.prefilled = r.cached_tokens
+            n = min(r.prompt_len - r.prefilled, budget_chunk)
+            batch.append((r, n))
+            budget_chunk -= n
+            budget_prefill -= n
+            if r.t_forward_entry is None:
+                r.t_forward_entry = max(self.t, r.t_queued)
+            self.hooks.on_first_scheduled(self, r)
+        if not batch:
+            return False
+        new_tokens = sum(n for _, n in batch)
+        cached = sum(r.cached_tokens for r, _ in batch if r is not self.chunked)
+        ctx_pairs = sum(n * (r.prefilled + n / 2.0) for r, n in batch)
+        dur = self.ph.prefill_time(new_tokens, ctx_pairs, len(batch))
+        t0, t_end = self.t, self.t + dur
+        self.t = t_end
+        # Report happens at batch formation in SGLang (the log line precedes the forward pass).
+        self._prefill_report(len([1 for r, _ in batch if r is not self.chunked]), new_tokens, cached,
+                             running_before, t0)
+        self.chunked = None
+        for r, n in batch:
+            r.prefilled += n
+            if r.prefilled < r.prompt_len:
+                self.chunked = r
+                continue
+            if r.output_len > 0:
+                # A retracted request back from the queue: its KV is rebuilt, no new token.
+                self.running.append(r)
+                continue
+            # Prefill done: the first token is sampled at the end of the pass.
+            r.t_prefill_done = t_end
+            r.output_len = 1
+            r.t_first_token = t_end
+            self._insert_prefix(r)
+            self.hooks.on_prefill_done(self, r)
+            if r.output_len >= r.target_len:
+                self._finish(r, t_end, 1)
+            else:
+                self.running.append(r)
+                self._deliver(r, 1, t_end)
+        self.hooks.on_prefill_pass(self, new_tokens, cached)
+        return True
+
+    def _prefill_report(self, new_seqs: int, new_tokens: int, cached: int, running_before: int, t: float) -> None:
+        if self.last_prefill_t is not None and t > self.last_prefill_t:
+            input_tput = self.last_prefill_tokens / (t - self.last_prefill_t)
+        else:
+            input_tput = 0.0
+        self.last_prefill_t, self.last_prefill_tokens = t, new_tokens
+        total = new_tokens + cached
+        self.last_cache_hit_rate = cached / total if total else 0.0
+        if self.log_lines:
+            log.info(f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, #cached-token: {cached}, "
+                     f"token usage: {self.token_usage:.2f}, #running-req: {running_before}, "
+                     f"#queue-req: {len(self.waiting)}, cuda graph: False, input throughput (token/s): {input_tput:.2f}")
+        self.hooks.on_prefill_report(self, new_seqs, new_tokens, cached, running_before, input_tput)
+
+    # -- decode --------------------------------------------------------------------------------
+    def _retract_if_needed(self) -> None:
+        need = len(self.running) * self.ph.num_draft_tokens
+        while self.running and self.max_total_tokens - self.num_used_tokens < need and len(self.running) > 1:
+            # SGLang retracts the request with the fewest output tokens (longest prompt on ties).
+            victim = min(self.running, key=lambda r: (r.output_len, -r.prompt_len))
+            self.running.remove(victim)
+            in_tok, out_tok = victim.prompt_len, victim.output_len
+            victim.retractions += 1
+            victim.prefilled = 0
+            victim.cached_tokens = 0
+            # It re-prefills prompt + what it already generated; output continues from there.
+            self.waiting.appendleft(victim)
+            self.total_retracted += 1
+            self.hooks.on_retract(self, victim, in_tok, out_tok)
+            need = len(self.running) * self.ph.num_draft_tokens
+            total_decoded = sum(r.output_len for r in self.running)
+            total_max_new = sum(r.max_new_tokens for r in self.running) or 1
+            self.new_token_ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
+            log.info(f"KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                     f"#new_token_ratio: {self.new_token_ratio:.4f}")
+
+    def _run_decode(self) -> None:
+        self._retract_if_needed()
+        batch = self.running
+        bs = len(batch)
+        sum_seq = sum(r.seq_len for r in batch)
+        dur = self.ph.decode_time(bs, sum_seq)
+        t_end = self.t + dur
+        if self.window["t0"] is None:
+            self.window["t0"] = self.t
+        self.t = t_end
+        emitted_total = 0
+        still = []
+        for r in batch:
+            if self.spec:
+                k = self.ph.sample_emitted()
+                r.verify_ct += 1
+                acc = k - 1
+                while len(r.accept_hist) <= acc:
+                    r.accept_hist.append(0)
+                r.accept_hist[acc] += 1
+                r.accepted_drafts += acc
+                self.window["spec_tokens"] += k
+                self.lifetime_spec_tokens += k
+                self.lifetime_verify += 1
+            else:
+                k = 1
+            k = min(k, r.target_len - r.output_len)
+            r.output_len += k
+            emitted_total += k
+            if r.output_len >= r.target_len:
+                self._finish(r, t_end, k)
+            else:
+                still.append(r)
+                self._deliver(r, k, t_end)
+        self.window["tokens"] += emitted_total
+        self.window["passes"] += 1
+        self.window["req_passes"] += bs
+        self.decode_steps += 1
+        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+        self.hooks.on_decode_pass(self, emitted_total)
+        if self.decode_steps % self.decode_log_interval == 0:
+            self._decode_report(bs, sum_seq)   # before finished requests leave the batch
+        self.running = still
+
+    def _decode_report(self, bs: int, sum_seq: int) -> None:
+        w = self.window
+        span = self.t - w["t0"] if w["t0"] is not None else 0.0
+        self.last_gen_throughput = w["tokens"] / span if span > 0 else 0.0
+        if self.spec and w["req_passes"]:
+            self.last_spec_accept_length = w["spec_tokens"] / w["req_passes"]
+            self.last_spec_accept_rate = self.last_spec_accept_length / self.ph.num_draft_tokens
+        self.last_cache_hit_rate = 0.0
+        if self.log_lines:
+            spec = (f"accept len: {self.last_spec_accept_length:.2f}, accept rate: {self.last_spec_accept_rate:.2f}, "
+                    if self.spec else "")
+            log.info(f"Decode batch, #running-req: {bs}, #token: {self.num_used_tokens}, "
+                     f"token usage: {self.token_usage:.2f}, {spec}cuda graph: True, "
+                     f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}")
+        self.hooks.on_decode_report(self, {"bs": bs, "sum_seq": sum_seq})
+        self.window = self._new_window()
+        self.window["t0"] = self.t
+
+    def _finish(self, r: SimRequest, t: float, k: int) -> None:
+        r.finished = True
+        r.t_finished = t
+        self.finished_count += 1
+        self._deliver(r, k, t, finished=True)
+        self.hooks.on_finish(self, r)
+        for cb in self.on_finished_callbacks:
+            cb(r)

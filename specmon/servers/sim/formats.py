@@ -1,0 +1,147 @@
+"""Response bodies in SGLang's shapes: /generate meta_info and chunks, OpenAI completion/chat chunks.
+
+Streams are built per request incrementally (ids and text are appended, never re-rendered) so a
+1024-token stream costs O(tokens) work plus one string copy per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Optional
+
+from specmon.servers.sim.engine import EOS_TOKEN_ID, SimRequest
+
+dumps = json.dumps
+
+
+class StreamState:
+    """Cumulative output of one request, rendered to JSON fragments."""
+
+    def __init__(self, r: SimRequest):
+        self.r = r
+        self.n = 0
+        self.ids_json = ""        # "1,2,3"
+        self.text = ""
+
+    def advance(self, n: int) -> str:
+        """Adds n tokens; returns the text of just those tokens."""
+        r = self.r
+        ids = r.token_ids(n)
+        new_ids = ids[self.n:n]
+        full = r.text_upto(n)
+        piece = full[len(self.text):]
+        self.text = full
+        if new_ids:
+            s = ",".join(map(str, new_ids))
+            self.ids_json = f"{self.ids_json},{s}" if self.ids_json else s
+        self.n = n
+        return piece
+
+
+def finish_reason(r: SimRequest) -> Optional[dict]:
+    if not r.finished or r.t_finished is None:
+        return None
+    if r.stop_by_eos and r.output_len >= r.target_len:
+        return {"type": "stop", "matched": EOS_TOKEN_ID}
+    return {"type": "length", "length": r.output_len}
+
+
+def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool, spec_draft_tokens: int,
+              speculative: bool, t_now: float) -> dict:
+    m = {
+        "id": r.rid,
+        "finish_reason": finish_reason(r) if final else None,
+        "prompt_tokens": r.prompt_len,
+        "weight_version": "default",
+        "total_retractions": r.retractions,
+    }
+    if enable_metrics:
+        if r.t_forward_entry is not None:
+            m["forward_entry_time"] = clock.epoch(r.t_forward_entry)
+        if r.t_prefill_done is not None:
+            m["prefill_finished_time"] = clock.epoch(r.t_prefill_done)
+        qt = (r.t_forward_entry - r.t_queued) if r.t_forward_entry is not None else 0.0
+        m["queue_time"] = qt
+        m["prefill_waiting_latency"] = qt
+        m["prefill_launch_latency"] = ((r.t_prefill_done - r.t_forward_entry)
+                                       if r.t_prefill_done is not None and r.t_forward_entry is not None else 0.0)
+    m["reasoning_tokens"] = 0
+    m["completion_tokens"] = n
+    m["cached_tokens"] = r.cached_tokens
+    m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0} if r.cached_tokens else None
+    m["dp_rank"] = None
+    if enable_metrics and n <= 1 and not final:
+        m["response_sent_to_client_ts"] = clock.epoch(r.t_first_token if r.t_first_token is not None else t_now)
+    if final:
+        t_fin = r.t_finished if r.t_finished is not None else t_now
+        m["e2e_latency"] = t_fin - r.t_created
+        if speculative and r.verify_ct > 0:
+            guess = spec_draft_tokens - 1
+            total = r.verify_ct * guess
+            if total > 0:
+                m["spec_accept_rate"] = r.accepted_drafts / total
+                m["spec_accept_length"] = n / r.verify_ct
+                m["spec_accept_token_num"] = r.accepted_drafts
+                m["spec_draft_token_num"] = total
+                m["spec_verify_ct"] = r.verify_ct
+            if r.accept_hist:
+                m["spec_accept_histogram"] = list(r.accept_hist)
+        if enable_metrics:
+            m["request_received_ts"] = clock.epoch(r.t_created)
+            m["api_server_dispatch_finish_ts"] = clock.epoch(r.t_created + 0.0003)
+            if r.t_first_token is not None:
+                m["response_sent_to_client_ts"] = clock.epoch(r.t_first_token)
+            m["request_finished_ts"] = clock.epoch(t_fin)
+            if r.t_forward_entry is not None:
+                m["inference_time"] = t_fin - r.t_forward_entry
+            if r.t_first_token is not None and t_fin > r.t_first_token and n > 0:
+                m["decode_throughput"] = n / (t_fin - r.t_first_token)
+    return m
+
+
+def generate_chunk(st: StreamState, meta: dict) -> str:
+    return '{"text":' + dumps(st.text) + ',"output_ids":[' + st.ids_json + '],"meta_info":' + dumps(meta) + "}"
+
+
+def oai_finish_reason(r: SimRequest) -> Optional[str]:
+    fr = finish_reason(r)
+    if fr is None:
+        return None
+    return "stop" if fr["type"] == "stop" else "length"
+
+
+def completion_chunk(rid: str, created: int, model: str, text: str, finish: Optional[str],
+                     matched=None) -> str:
+    return dumps({"id": rid, "object": "text_completion", "created": created, "model": model,
+                  "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                               "matched_stop": matched}],
+                  "usage": None}, separators=(",", ":"))
+
+
+def chat_chunk(rid: str, created: int, model: str, *, role=None, content=None, finish=None, matched=None) -> str:
+    return dumps({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                  "choices": [{"index": 0, "delta": {"role": role, "content": content, "reasoning_content": None,
+                                                     "tool_calls": None},
+                               "logprobs": None, "finish_reason": finish, "matched_stop": matched}],
+                  "usage": None}, separators=(",", ":"))
+
+
+def usage(r: SimRequest, enable_cache_report: bool = False) -> dict:
+    u = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.output_len,
+         "completion_tokens": r.output_len,
+         "prompt_tokens_details": {"cached_tokens": r.cached_tokens} if enable_cache_report else None,
+         "reasoning_tokens": 0}
+    return u
+
+
+def usage_chunk(rid: str, created: int, model: str, obj: str, r: SimRequest) -> str:
+    u = usage(r)
+    if u["prompt_tokens_details"] is None:
+        del u["prompt_tokens_details"]  # the streamed usage chunk leaves the key out
+    return dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                  "usage": u}, separators=(",", ":"))
+
+
+def now_epoch() -> int:
+    return int(time.time())

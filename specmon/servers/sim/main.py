@@ -1,0 +1,214 @@
+"""`specmon sim` process: SGLang's startup sequence (log lines, warm-up, readiness) around the
+scheduler and the HTTP app, plus the fault switches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+
+from specmon.errors import ServerError, UsageError
+
+log = logging.getLogger("sglang.sim")
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
+    root.addHandler(h)
+    root.setLevel(logging.INFO)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+    except OSError as e:
+        s.close()
+        raise ServerError(f"port {port} on {host} is already in use ({e.strerror})")
+    s.listen(2048)
+    s.setblocking(False)
+    return s
+
+
+def run(argv: list[str]) -> int:
+    from specmon.servers.sim import config
+    from specmon.servers.sim.profiles import profile_table
+
+    try:
+        args = config.parse(argv)
+        if args.list_profiles:
+            print(profile_table())
+            return 0
+        cfg = config.resolve(args)
+        sock = None if args.fault_refuse else _bind(args.host, args.port)
+    except UsageError as e:
+        print(f"specmon: error: {e}", file=sys.stderr)
+        return 2
+    except ServerError as e:
+        print(f"specmon sim: error: {e}", file=sys.stderr)
+        return 3
+    _setup_logging()
+    prom_dir = None
+    if args.enable_metrics:
+        from specmon.servers.sim.metrics import setup_multiprocess_dir
+
+        prom_dir = setup_multiprocess_dir()
+    try:
+        return asyncio.run(_serve(cfg, sock))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if prom_dir:
+            from specmon.servers.sim.metrics import cleanup_multiprocess_dir
+
+            cleanup_multiprocess_dir(prom_dir)
+
+
+async def _sleep_sim(clock, sim_s: float) -> None:
+    await asyncio.sleep(max(0.0, sim_s / clock.speed))
+
+
+async def _serve(cfg, sock) -> int:
+    import uvicorn
+
+    from specmon.servers.sim.app import SimState, build_app, wrap_middlewares
+    from specmon.servers.sim.clock import SimClock
+    from specmon.servers.sim.engine import Hooks, Scheduler, SimRequest
+    from specmon.servers.sim.physics import Physics
+    from specmon.servers.sim.server_args import build_server_args
+
+    args, prof = cfg.args, cfg.profile
+    clock = SimClock(args.speed)
+    ph = Physics(prof, seed=args.seed)
+    metrics = None
+    if args.enable_metrics:
+        from specmon.servers.sim.metrics import SimMetrics
+
+        metrics = SimMetrics(cfg.served_model_name, ph.max_total_tokens)
+    sched = Scheduler(ph, clock, max_running_requests=ph.max_running_requests,
+                      chunked_prefill_size=prof.chunked_prefill_size, max_prefill_tokens=prof.max_prefill_tokens,
+                      decode_log_interval=args.decode_log_interval, hooks=metrics or Hooks(), seed=args.seed)
+    server_args = build_server_args(cfg, ph)
+    st = SimState(cfg=cfg, physics=ph, scheduler=sched, clock=clock, metrics=metrics, server_args=server_args,
+                  logger=log)
+
+    # -- SGLang's startup lines, durations in simulated time ---------------------------------------
+    gpu_gb = prof.gpu.memory_bytes / 1e9
+    # The key itself stays out of the log (SGLang prints it; specmon's logs must not carry secrets).
+    sa_repr = ", ".join(f"{k}={('<hidden>' if k == 'api_key' and v else v)!r}" for k, v in server_args.items())
+    log.info(f"server_args=ServerArgs({sa_repr})")
+    total_startup = args.startup_s if args.startup_s is not None else ph.model_load_s() + ph.graph_capture_s()
+    scale = total_startup / (ph.model_load_s() + ph.graph_capture_s())
+    await _sleep_sim(clock, 1.2 * scale * 0.1)
+    log.info(f"Init torch distributed ends. elapsed=1.2 s, mem usage=0.09 GB")
+    avail = gpu_gb - 0.6
+    log.info(f"Load weight begin. avail mem={avail:.2f} GB")
+    load_s = ph.model_load_s() * scale
+    await _sleep_sim(clock, load_s)
+    wgb = (ph.weight_bytes + ph.draft_weight_bytes) / 1e9
+    avail -= wgb
+    log.info(f"Load weight end. elapsed={load_s:.2f} s, type={prof.model.architecture}, avail mem={avail:.2f} GB, "
+             f"mem usage={wgb:.2f} GB.")
+    half = ph.kv_cache_gb / 2
+    log.info(f"KV Cache is allocated. #tokens: {ph.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB")
+    avail -= ph.kv_cache_gb
+    log.info(f"Memory pool end. avail mem={avail:.2f} GB")
+    log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+    cap_s = ph.graph_capture_s() * scale
+    await _sleep_sim(clock, cap_s * (0.4 if prof.drafter.algorithm else 1.0))
+    avail -= ph.graph_gb
+    log.info(f"Capture cuda graph end. Time elapsed: {cap_s * (0.4 if prof.drafter.algorithm else 1.0):.2f} s. "
+             f"mem usage={ph.graph_gb:.2f} GB. avail mem={avail:.2f} GB.")
+    if prof.drafter.algorithm:
+        log.info(f"Capture draft cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+        await _sleep_sim(clock, cap_s * 0.5)
+        log.info(f"Capture draft cuda graph end. Time elapsed: {cap_s * 0.5:.2f} s. mem usage=0.30 GB. "
+                 f"avail mem={avail - 0.3:.2f} GB.")
+        log.info(f"Capture draft extend cuda graph begin. This can take up to several minutes. avail mem={avail - 0.3:.2f} GB")
+        await _sleep_sim(clock, cap_s * 0.1)
+        log.info(f"Capture draft extend cuda graph end. Time elapsed: {cap_s * 0.1:.2f} s. mem usage=0.10 GB. "
+                 f"avail mem={avail - 0.4:.2f} GB.")
+    log.info(f"max_total_num_tokens={ph.max_total_tokens}, chunked_prefill_size={prof.chunked_prefill_size}, "
+             f"max_prefill_tokens={prof.max_prefill_tokens}, max_running_requests={ph.max_running_requests}, "
+             f"context_len={prof.model.context_len}, available_gpu_mem={avail:.2f} GB")
+
+    if args.fault_refuse:
+        # Never listen: every connection is refused.
+        log.info("Fault injection: --fault-refuse, not listening.")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        return 0
+
+    sched.start()
+    app = wrap_middlewares(build_app(st), st)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=1, lifespan="off"))
+    serve_task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if serve_task.done():
+            return 3
+        await asyncio.sleep(0.01)
+    log.info(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+
+    _install_faults(st, server)
+    if metrics is not None:
+        asyncio.create_task(_cpu_sampler(metrics))
+
+    # Warm-up: one /generate of 8 tokens, as SGLang's launcher sends, counted in the metrics.
+    warm = SimRequest(rid="warmup-" + os.urandom(6).hex(), prompt_len=7, max_new_tokens=8, target_len=8,
+                      stop_by_eos=False, t_created=clock.now())
+    sched.submit(warm)
+    while not warm.finished and not serve_task.done():
+        await asyncio.sleep(0.005)
+    st.ready = True
+    log.info("The server is fired up and ready to roll!")
+    await serve_task
+    await sched.stop()
+    return 0
+
+
+def _install_faults(st, server) -> None:
+    args, sched = st.cfg.args, st.sched
+    counts = {"n": 0}
+    loop = asyncio.get_running_loop()
+
+    def on_finished(r):
+        if r.rid.startswith("warmup-"):
+            return
+        counts["n"] += 1
+        if args.fault_crash_after is not None and counts["n"] >= args.fault_crash_after:
+            log.error(f"Fault injection: crashing after {counts['n']} finished requests.")
+            sched._flush()
+            loop.call_later(0.05, os._exit, 1)
+        if args.fault_stall_after is not None and counts["n"] == args.fault_stall_after:
+            log.warning(f"Fault injection: scheduler stalls for {args.fault_stall_s} s.")
+            sched.stalled_until_wall = time.monotonic() + args.fault_stall_s
+
+    sched.on_finished_callbacks.append(on_finished)
+
+
+async def _cpu_sampler(metrics) -> None:
+    last = 0.0
+    while True:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = ru.ru_utime + ru.ru_stime
+        d = cpu - last
+        last = cpu
+        if d > 0:
+            metrics.sample_cpu(d * 0.7, d * 0.3)
+        await asyncio.sleep(5.0)

@@ -1,0 +1,187 @@
+"""Hardware, model and drafter profiles for the simulator.
+
+Numbers are public spec-sheet figures (GPU) or derived from the model shapes of field-facts A; the
+efficiency factors are the calibration knobs (see benchmarks/sim_calibration.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_bytes: float
+    bandwidth_bps: float          # HBM/GDDR bytes per second
+    flops: dict                   # dense tensor FLOP/s by compute format ("bf16", "fp8", "fp4")
+    mem_efficiency: float = 0.80  # fraction of peak bandwidth a decode kernel reaches
+    flop_efficiency: float = 0.55  # MFU of big GEMMs (prefill, wide verify batches)
+    step_overhead_s: float = 0.0025  # per forward pass: launch, sampling, scheduler
+    reserved_bytes: float = 4.8 * GB  # activations, CUDA graphs, allocator slack
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    model_path: str
+    architecture: str
+    params: float                  # parameters touched per token (dense)
+    weight_bytes: dict             # bytes of weights on the GPU by weight format
+    compute_format: dict           # which tensor-core format the GEMMs run in, by weight format
+    layers: int
+    kv_heads: int
+    head_dim: int
+    context_len: int = 131072
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class Drafter:
+    name: str
+    algorithm: Optional[str]       # SGLang --speculative-algorithm value, None = no speculation
+    num_steps: int = 0
+    eagle_topk: int = 0
+    num_draft_tokens: int = 0      # tokens verified per request per pass (incl. the bonus slot)
+    accept_length: dict = field(default_factory=dict)  # mean tokens per verify pass, by weight format
+    weight_bytes: float = 0.0      # the drafter's own weights (0 for MTP heads inside the checkpoint)
+    kv_bytes_per_token: float = 0.0  # the drafter's own KV per token
+    draft_passes: int = 0          # sequential drafter forward passes per verify step
+    draft_pass_bytes: float = 0.0  # bytes a drafter pass reads besides its KV
+    draft_pass_flops_per_token: float = 0.0  # FLOPs per drafted position per pass
+    draft_positions: int = 0       # positions each drafter pass produces per request
+    draft_pass_overhead_s: float = 0.0003
+    draft_model_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    gpu: Gpu
+    model: Model
+    weight_format: str             # "fp8" | "nvfp4"
+    drafter: Drafter
+    kv_cache_dtype: str = "fp8_e4m3"
+    mem_fraction_static: float = 0.85
+    max_total_tokens: Optional[int] = None
+    max_running_requests: Optional[int] = None
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    quantization: Optional[str] = None
+    attention_backend: str = "flashinfer"
+
+    def with_overrides(self, **kw) -> "Profile":
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+RTX_PRO_6000 = Gpu(
+    name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    memory_bytes=95.6 * GB,
+    bandwidth_bps=1.792e12,
+    flops={"bf16": 0.5e15, "fp8": 1.0e15, "fp4": 2.0e15},
+)
+H200 = Gpu(
+    name="NVIDIA H200",
+    memory_bytes=139.8 * GB,
+    bandwidth_bps=4.8e12,
+    flops={"bf16": 0.99e15, "fp8": 1.98e15, "fp4": 1.98e15},  # Hopper has no FP4 tensor cores
+    reserved_bytes=6.0 * GB,
+)
+GPUS = {"rtx-pro-6000": RTX_PRO_6000, "h200": H200}
+
+# ~27B dense model of field-facts A: 64 layers, 8 KV heads of dim 256 -> 256 KiB of FP8 KV per token.
+DENSE_27B = Model(
+    name="dense-27b",
+    model_path="Qwen/Qwen3.8-27B",
+    architecture="Qwen3ForCausalLM",
+    params=27.0e9,
+    weight_bytes={"fp8": 27.0 * GB, "nvfp4": 21.0 * GB, "bf16": 54.0 * GB},
+    compute_format={"fp8": "fp8", "nvfp4": "fp4", "bf16": "bf16"},
+    layers=64,
+    kv_heads=8,
+    head_dim=256,
+)
+MODELS = {"dense-27b": DENSE_27B}
+
+NO_SPEC = Drafter(name="none", algorithm=None)
+MTP = Drafter(
+    name="mtp", algorithm="EAGLE", num_steps=3, eagle_topk=1, num_draft_tokens=4,
+    accept_length={"fp8": 2.67, "nvfp4": 2.65, "bf16": 2.67},
+    draft_passes=3, draft_positions=1,
+    draft_pass_bytes=0.9 * GB,                # one decoder layer + shared lm head
+    draft_pass_flops_per_token=2 * 0.9e9,
+)
+DFLASH = Drafter(
+    name="dflash", algorithm="DFLASH", num_steps=1, eagle_topk=1, num_draft_tokens=8,
+    accept_length={"fp8": 3.72, "nvfp4": 3.79, "bf16": 3.72},
+    weight_bytes=2.0 * GB, kv_bytes_per_token=16 * 1024,
+    draft_passes=1, draft_positions=8,       # block diffusion: 8 positions in one pass
+    draft_pass_bytes=2.0 * GB,
+    draft_pass_flops_per_token=2 * 1.0e9,
+    draft_pass_overhead_s=0.0015,
+    draft_model_path="z-lab/dense-27b-DFlash-b8",
+)
+DSPARK = Drafter(
+    name="dspark", algorithm="STANDALONE", num_steps=5, eagle_topk=1, num_draft_tokens=6,
+    accept_length={"fp8": 3.08, "nvfp4": 3.12, "bf16": 3.08},
+    weight_bytes=2.72 * GB,                   # 1.36B params in BF16
+    kv_bytes_per_token=2 * 28 * 8 * 128 * 2,  # its own BF16 KV: 28 layers, 8 heads x 128
+    draft_passes=5, draft_positions=1,
+    draft_pass_bytes=2.72 * GB,
+    draft_pass_flops_per_token=2 * 1.36e9,
+    draft_model_path="dspark/dense-27b-dspark-1.4b",
+)
+DRAFTERS = {"none": NO_SPEC, "mtp": MTP, "dflash": DFLASH, "dspark": DSPARK}
+
+# max_running_requests: SGLang's default is 48 with speculation; the NVFP4 arms of field-facts A
+# ran a 16-17% higher cap (56), the FP8 arms 48; without speculation SGLang sizes it from the pool.
+PROFILES: dict[str, Profile] = {}
+
+
+def _add(p: Profile) -> None:
+    PROFILES[p.name] = p
+
+
+for _fmt in ("fp8", "nvfp4"):
+    for _d in (MTP, DFLASH, DSPARK, NO_SPEC):
+        _name = f"{_fmt}-{'nospec' if _d is NO_SPEC else _d.name}"
+        _add(Profile(
+            name=_name,
+            description=f"RTX PRO 6000 96GB, dense 27B {_fmt.upper()}, drafter {_d.name}"
+                        + (", KV pool pinned to 175000 tokens" if _fmt == "fp8" else ", KV pool sized from memory"),
+            gpu=RTX_PRO_6000, model=DENSE_27B, weight_format=_fmt, drafter=_d,
+            mem_fraction_static=0.85,
+            max_total_tokens=175000 if _fmt == "fp8" else None,
+            max_running_requests=(48 if _fmt == "fp8" else 56) if _d is not NO_SPEC else None,
+            quantization="fp8" if _fmt == "fp8" else "modelopt_fp4",
+        ))
+_add(Profile(
+    name="h200-fp8-mtp", description="H200 141GB, dense 27B FP8, drafter mtp, KV pool sized from memory",
+    gpu=H200, model=DENSE_27B, weight_format="fp8", drafter=MTP, mem_fraction_static=0.88,
+    max_running_requests=48, quantization="fp8",
+))
+DEFAULT_PROFILE = "fp8-mtp"
+
+
+def profile_table() -> str:
+    from specmon.servers.sim.physics import Physics
+
+    lines = [f"{'profile':<14} {'gpu':<13} {'weights':>8} {'drafter':<7} {'accept':>6} {'kv pool':>8} {'cap':>4}  description"]
+    for p in PROFILES.values():
+        ph = Physics(p)
+        gpu = [k for k, g in GPUS.items() if g is p.gpu][0]
+        acc = p.drafter.accept_length.get(p.weight_format)
+        lines.append(
+            f"{p.name:<14} {gpu:<13} {p.model.weight_bytes[p.weight_format] / GB:>6.1f}GB {p.drafter.name:<7} "
+            f"{(f'{acc:.2f}' if acc else '-'):>6} {ph.max_total_tokens:>8} {ph.max_running_requests:>4}  {p.description}")
+    lines.append("")
+    lines.append("GPUs: " + ", ".join(f"{k} ({g.memory_bytes / GB:.0f} GB, {g.bandwidth_bps / 1e12:.2f} TB/s, "
+                                       f"FP8 {g.flops['fp8'] / 1e12:.0f} TFLOP/s)" for k, g in GPUS.items()))
+    lines.append("Drafters: " + ", ".join(d.name for d in DRAFTERS.values()))
+    return "\n".join(lines)
