@@ -185,6 +185,7 @@ _CAUSES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"error: (unrecognized arguments: .*)"), "bad flag: {0}"),
     (re.compile(r"error: (the following arguments are required: .*)"), "bad flag: {0}"),
 ]
+_ERROR_LINE = re.compile(r"(?:^|\s)(?:error|ERROR|Error): (.+)$")
 _EXCEPTION = re.compile(r"^(?:\[[^\]]*\] )?(?P<exc>[A-Za-z_.]*(?:Error|Exception)): (?P<msg>.+)$")
 
 
@@ -200,6 +201,10 @@ def failure_cause(lines: Iterable[str]) -> Optional[str]:
         m = _EXCEPTION.match(line.strip())
         if m:
             return f"{m.group('exc')}: {m.group('msg')}"[:300]
+    for line in reversed(lines):
+        m = _ERROR_LINE.search(line)
+        if m:
+            return m.group(1).strip()[:300]
     return None
 
 

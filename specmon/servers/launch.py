@@ -1,0 +1,458 @@
+"""Launch mode: start the servers a layout describes, watch them start, restart them, stop them.
+
+Each launched arm is one `python -m sglang.launch_server ...` (or the layout's replacement, e.g.
+the simulator) started from an argv list, in its own process group (SGLang forks scheduler and
+detokenizer processes; killing the group is the only way to be sure none survives), with both
+output streams merged into `<session>/logs/<arm>.log`. A reader thread per arm copies every line to
+that file as it comes (so a busy UI never blocks the server on a full pipe), folds the scheduler
+lines into a LogState (the log source, usable without --enable-metrics) and reports startup phases.
+
+Readiness = SGLang's ready line or /health answering 200, within the arm's startup timeout. A
+server that dies (during startup or later) marks its arm failed with the cause read from its last
+lines; the other arms carry on. stop() terminates every group (TERM, then KILL after a grace
+period) and also runs at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import httpx
+
+from specmon.errors import ServerError
+from specmon.model import ArmPhase, ArmSpec, Event, LogLine, Sample
+from specmon.servers.layout import ArmLayout, Layout
+from specmon.sources import logparse as lp
+
+Emit = Callable[[Event], None]
+
+TAIL_LINES = 40  # kept per arm for the failure message
+LOG_LINES_PER_S = 25  # LogLine events per arm per second; the file always gets every line
+
+
+def free_port(host: str = "127.0.0.1", avoid: frozenset[int] | set[int] = frozenset()) -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in avoid and port_free(host, port):
+            return port
+    raise ServerError(f"no free TCP port found on {host}")
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (SO_REUSEADDR: a TIME_WAIT leftover does not count,
+    as it does not stop uvicorn, which sets the same option)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def flag_args(flags: dict) -> list[str]:
+    """SGLang flags from a layout mapping: `model_path: x` -> `--model-path x`, true -> bare flag,
+    false/None -> left out, a list -> the flag then each value, a mapping -> JSON text."""
+    out: list[str] = []
+    for name, value in flags.items():
+        opt = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(opt)
+        elif isinstance(value, list):
+            out += [opt] + [str(v) for v in value]
+        elif isinstance(value, dict):
+            out += [opt, json.dumps(value)]
+        else:
+            out += [opt, str(value)]
+    return out
+
+
+def build_argv(layout: Layout, arm: ArmLayout, port: int, env: Optional[dict[str, str]] = None) -> list[str]:
+    assert arm.launch is not None
+    command = layout.server_command(arm, env)
+    # `python` in a layout means the interpreter specmon runs in, so the same venv serves.
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    return command + flag_args(arm.launch.flags) + ["--host", arm.launch.host, "--port", str(port)]
+
+
+def build_env(arm: ArmLayout, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+    assert arm.launch is not None
+    env = dict(os.environ if base is None else base)
+    env.update(arm.launch.env)
+    if arm.launch.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in arm.launch.gpus)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # log lines as they happen, not when a buffer fills
+    return env
+
+
+def kill_group(pgid: int, grace_s: float = 10.0, leader: Optional[subprocess.Popen] = None) -> None:
+    """TERM the process group, wait up to grace_s for all of it to go, then KILL what is left.
+    `leader` (our child) is reaped while waiting: an unreaped zombie would still count as alive."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class LaunchedArm:
+    layout: ArmLayout
+    spec: ArmSpec
+    port: int
+    log_path: Path
+    startup_timeout_s: float
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: Optional[subprocess.Popen] = None
+    state: lp.LogState = field(default_factory=lp.LogState)
+    tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    phase: str = lp.PHASE_STARTING
+    cause: Optional[str] = None
+    ready: bool = False
+    ready_line_seen: bool = False
+    starts: int = 0
+    stopping: bool = False
+    reader: Optional[threading.Thread] = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == lp.PHASE_FAILED
+
+
+_LIVE: "weakref.WeakSet[Supervisor]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for sup in list(_LIVE):
+        sup.stop(grace_s=3.0)
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the launched arms of a layout (attached arms pass through)."""
+
+    def __init__(self, layout: Layout, out_dir: Path, *, grace_s: float = 10.0,
+                 env: Optional[dict[str, str]] = None):
+        self.layout = layout
+        self.out_dir = Path(out_dir)
+        self.grace_s = grace_s
+        self.base_env = dict(os.environ if env is None else env)
+        self.log_dir = self.out_dir / "logs"
+        self._emit: Emit = lambda e: None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._watchers: dict[str, asyncio.Task] = {}
+        self._stopped = False
+        self.launched: dict[str, LaunchedArm] = {}
+        taken: set[int] = set()
+        for arm in layout.launched:
+            assert arm.launch is not None
+            port = arm.launch.port or free_port(arm.launch.host, avoid=taken)
+            taken.add(port)
+            url = f"http://{arm.launch.host}:{port}"
+            self.launched[arm.name] = LaunchedArm(
+                layout=arm, spec=ArmSpec(name=arm.name, url=url, api_key_env=arm.api_key_env, launched=True),
+                port=port, log_path=self.log_dir / f"{arm.name}.log",
+                startup_timeout_s=arm.launch.startup_timeout_s or layout.startup_timeout_s,
+            )
+        _LIVE.add(self)
+
+    # ---- what LiveSession and the commands use ----------------------------------------------
+    @property
+    def arms(self) -> list[ArmSpec]:
+        """Every arm of the layout in layout order: launched ones at their chosen URL."""
+        out = []
+        for arm in self.layout.arms:
+            if arm.name in self.launched:
+                out.append(self.launched[arm.name].spec)
+            else:
+                out.append(ArmSpec(name=arm.name, url=arm.attach or "", api_key_env=arm.api_key_env))
+        return out
+
+    def gpu_indices(self) -> dict[str, list[int]]:
+        return {a.name: list(a.launch.gpus) for a in self.layout.launched if a.launch and a.launch.gpus is not None}
+
+    def failed(self) -> dict[str, str]:
+        return {n: a.cause or "failed" for n, a in self.launched.items() if a.failed}
+
+    def fill_from_log(self, s: Sample) -> Sample:
+        """Fill what a scrape left unknown from the arm's log lines (works without --enable-metrics);
+        mark a dead arm failed with its cause."""
+        a = self.launched.get(s.arm)
+        if a is None:
+            return s
+        if a.failed:
+            s.up, s.state, s.reason = False, "failed", a.cause
+            return s
+        if not a.ready and not s.up:
+            s.state, s.reason = "starting", a.phase
+            return s
+        with a.lock:
+            if a.state.lines_parsed == 0 and a.state.kv_capacity_tokens is None:
+                return s
+            log = a.state.sample(s.arm, s.ts)
+        filled = False
+        for name in ("running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens", "kv_usage",
+                     "gen_tok_s", "accept_length", "accept_rate", "spec_enabled"):
+            if getattr(s, name) is None and getattr(log, name) is not None:
+                setattr(s, name, getattr(log, name))
+                filled = True
+        if filled and s.source is None:
+            s.source = "log"
+        return s
+
+    async def start(self, emit: Emit) -> None:
+        """Start every launched arm and wait for each to be ready or failed. ServerError when none
+        of the launched arms came up (and no arm is attached)."""
+        self._emit = emit
+        self._loop = asyncio.get_running_loop()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.gather(*(self._start_arm(a) for a in self.launched.values()))
+        if self.launched and all(a.failed for a in self.launched.values()) and not self.layout.attached_specs():
+            raise ServerError("; ".join(self._failure_line(a) for a in self.launched.values()))
+
+    async def restart(self, emit: Optional[Emit] = None) -> None:
+        """Stop and start every launched arm (a cold server for the next level), failed ones too."""
+        if emit is not None:
+            self._emit = emit
+        arms = list(self.launched.values())
+        for a in arms:
+            self._post(ArmPhase(arm=a.name, phase=lp.PHASE_RESTARTING))
+        await asyncio.gather(*(asyncio.to_thread(self._stop_arm, a) for a in arms))
+        await asyncio.gather(*(self._start_arm(a) for a in arms))
+
+    def stop(self, grace_s: Optional[float] = None) -> None:
+        """Terminate every launched process group (TERM, then KILL after the grace period). Idempotent."""
+        self._stopped = True
+        for task in self._watchers.values():
+            task.cancel()
+        arms = [a for a in self.launched.values() if a.proc is not None]
+        threads = [threading.Thread(target=self._stop_arm, args=(a, grace_s), daemon=True) for a in arms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    # ---- one arm -------------------------------------------------------------------------------
+    async def _start_arm(self, a: LaunchedArm) -> None:
+        a.starts += 1
+        a.ready = a.ready_line_seen = a.stopping = False
+        a.cause = None
+        a.state = lp.LogState()
+        a.tail.clear()
+        host = a.layout.launch.host  # type: ignore[union-attr]
+        if a.layout.launch.port and not port_free(host, a.port):  # type: ignore[union-attr]
+            self._fail(a, f"port in use: {host}:{a.port} is already taken (by another server, or a dead one's leftover)")
+            return
+        if a.starts > 1 and not port_free(host, a.port):
+            a.port = free_port(host, avoid={x.port for x in self.launched.values()})
+            a.spec.url = f"http://{host}:{a.port}"
+        a.env = build_env(a.layout, self.base_env)
+        a.argv = build_argv(self.layout, a.layout, a.port, a.env)
+        self._set_phase(a, lp.PHASE_STARTING, " ".join(a.argv[-2:]))
+        try:
+            log = open(a.log_path, "ab", buffering=0)
+            header = f"----- specmon: start #{a.starts} at {time.strftime('%Y-%m-%d %H:%M:%S')}: {_cmdline(a.argv)}\n"
+            log.write(header.encode())
+            a.proc = subprocess.Popen(
+                a.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=a.env, start_new_session=True, close_fds=True,
+            )
+        except OSError as e:
+            self._fail(a, f"cannot start {a.argv[0]!r}: {e.strerror or e}")
+            return
+        a.spec.pid = a.proc.pid
+        a.reader = threading.Thread(target=self._read_output, args=(a, a.proc, log), name=f"log-{a.name}", daemon=True)
+        a.reader.start()
+        await self._wait_ready(a, a.proc)
+        if a.ready and not self._stopped:
+            self._watchers[a.name] = asyncio.create_task(self._watch(a, a.proc))
+
+    async def _wait_ready(self, a: LaunchedArm, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + a.startup_timeout_s
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
+            while not self._stopped:
+                if proc.poll() is not None:
+                    await self._died(a, proc, during="startup")
+                    return
+                if a.ready_line_seen or await _health_ok(client, a.spec.url):
+                    a.ready = True
+                    detail = None if a.ready_line_seen else "/health 200"
+                    self._set_phase(a, lp.PHASE_READY, detail)
+                    return
+                if time.monotonic() > deadline:
+                    await asyncio.to_thread(self._stop_arm, a)
+                    self._fail(a, f"not ready within {a.startup_timeout_s:g} s (no ready line, /health not 200; "
+                                  f"last phase: {a.phase})")
+                    return
+                await asyncio.sleep(0.25)
+
+    async def _watch(self, a: LaunchedArm, proc: subprocess.Popen) -> None:
+        """After readiness: notice the server dying (mid-ramp crash) and fail this arm only."""
+        try:
+            while proc.poll() is None:
+                await asyncio.sleep(0.25)
+            if not a.stopping and not self._stopped:
+                await self._died(a, proc, during="serving")
+        except asyncio.CancelledError:
+            pass
+
+    async def _died(self, a: LaunchedArm, proc: subprocess.Popen, during: str) -> None:
+        # Its children (scheduler, detokenizer) may outlive the leader: take the group down too.
+        await asyncio.to_thread(kill_group, proc.pid, 2.0, proc)
+        if a.reader is not None:
+            await asyncio.to_thread(a.reader.join, 2.0)
+        with a.lock:
+            tail = list(a.tail)
+        cause = lp.failure_cause(tail) or f"exited with code {proc.returncode} during {during}"
+        self._fail(a, cause)
+
+    def _stop_arm(self, a: LaunchedArm, grace_s: Optional[float] = None) -> None:
+        a.stopping = True
+        watcher = self._watchers.pop(a.name, None)
+        if watcher is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(watcher.cancel)
+        proc = a.proc
+        if proc is None:
+            return
+        if proc.poll() is None or _group_alive(proc.pid):
+            kill_group(proc.pid, self.grace_s if grace_s is None else grace_s, proc)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if a.reader is not None:
+            a.reader.join(timeout=2)
+        if not a.failed:
+            a.phase = lp.PHASE_STOPPED
+
+    def _read_output(self, a: LaunchedArm, proc: subprocess.Popen, log) -> None:
+        """Reader thread: every line to the log file; scheduler lines into the LogState; phases and
+        (rate-limited) LogLine events to the loop."""
+        window_start, shown, hidden = time.monotonic(), 0, 0
+        try:
+            assert proc.stdout is not None
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(raw)
+                # progress bars redraw with \r: the last redraw is the line
+                line = raw.decode("utf-8", "replace").rstrip("\r\n").rsplit("\r", 1)[-1]
+                with a.lock:
+                    a.tail.append(line)
+                    a.state.feed(line)
+                phase = lp.parse_phase(line)
+                if phase is not None and proc is a.proc:
+                    if phase[0] == lp.PHASE_READY:
+                        a.ready_line_seen = True  # _wait_ready announces it
+                    elif not a.ready:
+                        self._set_phase(a, *phase)
+                now = time.monotonic()
+                if now - window_start >= 1.0:
+                    if hidden:
+                        self._post(LogLine(arm=a.name, line=f"[specmon] {hidden} lines not shown; all are in {a.log_path}"))
+                    window_start, shown, hidden = now, 0, 0
+                if shown < LOG_LINES_PER_S:
+                    shown += 1
+                    self._post(LogLine(arm=a.name, line=line))
+                else:
+                    hidden += 1
+        except (OSError, ValueError):
+            pass
+        finally:
+            log.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+    # ---- events --------------------------------------------------------------------------------
+    def _set_phase(self, a: LaunchedArm, phase: str, detail: Optional[str] = None) -> None:
+        a.phase = phase
+        self._post(ArmPhase(arm=a.name, phase=phase, detail=detail))
+
+    def _fail(self, a: LaunchedArm, cause: str) -> None:
+        a.cause = cause
+        a.ready = False
+        a.phase = lp.PHASE_FAILED
+        self._post(ArmPhase(arm=a.name, phase=lp.PHASE_FAILED, detail=cause))
+
+    def _failure_line(self, a: LaunchedArm) -> str:
+        tail = [t for t in a.tail if t.strip()][-3:]
+        where = f" (log {a.log_path})" if a.proc is not None else ""
+        last = f"; last lines: {' | '.join(t.strip()[:160] for t in tail)}" if tail else ""
+        return f"arm {a.name!r} ({a.spec.url}) failed: {a.cause}{where}{last}"
+
+    def _post(self, event: Event) -> None:
+        """Emit from any thread: events reach the front end on the session's loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            if _running_loop() is loop:
+                self._emit(event)
+            else:
+                loop.call_soon_threadsafe(self._emit, event)
+        except RuntimeError:
+            pass  # the loop is closing
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _health_ok(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        r = await client.get(url + "/health")
+        return r.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _cmdline(argv: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(x) for x in argv)

@@ -1,0 +1,509 @@
+"""Layout files: which servers a session has (launched or attached), the ramp, the panes.
+
+A layout is checked completely before anything starts. A bad file is refused with ONE line that
+names the file, the key and what was expected, e.g.
+``layouts/x.yaml: arms[1].launch.port: expected an integer, got 'abc'`` (UsageError, exit 2).
+Combinations SGLang itself would reject at startup, where they are cheap to see from the flags,
+come back as warnings so the operator reads them before waiting minutes for a crash.
+
+Schema (every key optional unless marked):
+
+    name: str                       # shown in the title; default: the file name
+    description: str
+    command: [str, ...]             # replaces `python -m sglang.launch_server` for every launched arm
+                                    # (e.g. [python, -m, specmon.servers.sim]); env SPECMON_SGLANG_COMMAND
+                                    # does the same for layouts that do not set it
+    startup_timeout_s: float        # per arm, default 900
+    interval_s: float               # seconds between scrapes, default 1
+    arms:                           # required, at least one
+      - name: str                   # required; letters, digits, . _ -
+        api_key_env: str            # env var holding the server's API key (the key itself never goes here)
+        attach: URL                 # either this ...
+        launch:                     # ... or this
+          flags: {flag: value}      # SGLang launch_server flags; `model_path: x` -> `--model-path x`;
+                                    # true -> bare flag; false/null -> left out; a list -> repeated values
+          env: {VAR: value}         # e.g. SGLANG_ENABLE_SPEC_V2: 1
+          gpus: [int, ...]          # -> CUDA_VISIBLE_DEVICES (left as inherited when absent)
+          port: int                 # default: a free port; --host/--port are always set by specmon
+          host: str                 # default 127.0.0.1
+          command: [str, ...]       # per-arm replacement of the server command
+          startup_timeout_s: float
+    ramp:                           # absent: watch only
+      levels: [int, ...]            # required in a ramp
+      input_len, output_len, seed, dataset, category, tokenizer,
+      level_duration_s | requests_per_level, settle_s, restart_between_levels, flush_cache, timeout_s
+    panes: [str, ...]               # which panes show (see PANES), default all
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specmon.errors import UsageError
+from specmon.model import ArmSpec, RampPlan
+
+SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
+COMMAND_ENV = "SPECMON_SGLANG_COMMAND"
+PANES = ("arms", "kv", "queue", "throughput", "accept", "ttft", "gpu", "levels", "knee", "log")
+
+# Choices of SGLang 0.5.10's launch_server (sglang-observability.md section 5); a wrong one is an
+# argparse error that costs a full Python+torch import to discover.
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+QUANTIZATIONS = (
+    "awq", "fp8", "mxfp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt",
+    "modelopt_fp8", "modelopt_fp4", "modelopt_mixed", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq",
+    "w4afp8", "mxfp4", "auto-round", "compressed-tensors", "modelslim", "quark_int4fp8_moe",
+)
+ATTENTION_BACKENDS = (
+    "triton", "torch_native", "flex_attention", "nsa", "cutlass_mla", "fa3", "fa4", "flashinfer", "flashmla",
+    "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCALAR = (str, int, float, bool)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LaunchSpec(_Strict):
+    flags: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, Any] = Field(default_factory=dict)
+    gpus: Optional[list[int]] = None
+    port: Optional[int] = Field(default=None, ge=1, le=65535)
+    host: str = "127.0.0.1"
+    command: Optional[list[str]] = None
+    startup_timeout_s: Optional[float] = Field(default=None, gt=0)
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in flags.items():
+            if not isinstance(key, str) or not _FLAG.match(key.lstrip("-")):
+                raise ValueError(f"expected flag names like model_path or mem-fraction-static, got {key!r}")
+            name = key.lstrip("-").replace("-", "_")
+            if name in ("host", "port"):
+                raise ValueError(f"{name!r} is set by specmon: use launch.{name} instead of a flag")
+            if not _flag_value_ok(value):
+                raise ValueError(f"{key}: expected a string, number, true/false or a list of those, got {value!r}")
+            out[name] = value
+        return out
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, Any]) -> dict[str, str]:
+        out = {}
+        for key, value in env.items():
+            if not isinstance(key, str) or not _ENV_NAME.match(key):
+                raise ValueError(f"expected environment variable names, got {key!r}")
+            if isinstance(value, bool):
+                value = "1" if value else "0"
+            elif isinstance(value, (int, float, str)):
+                value = str(value)
+            else:
+                raise ValueError(f"{key}: expected a string or number, got {value!r}")
+            out[key] = value
+        return out
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, gpus: Optional[list[int]]) -> Optional[list[int]]:
+        if gpus is not None and (not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus)):
+            raise ValueError(f"expected a non-empty list of distinct GPU indices >= 0, got {gpus!r}")
+        return gpus
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
+        if command is not None and (not command or not all(command)):
+            raise ValueError("expected a non-empty list of program and arguments, e.g. [python, -m, specmon.servers.sim]")
+        return command
+
+    def flag(self, name: str) -> Any:
+        return self.flags.get(name)
+
+
+def _flag_value_ok(value: Any) -> bool:
+    if value is None or isinstance(value, _SCALAR):
+        return True
+    if isinstance(value, list):
+        return all(isinstance(v, _SCALAR) and not isinstance(v, bool) for v in value)
+    return isinstance(value, dict)  # e.g. json_model_override_args: passed as JSON text
+
+
+class ArmLayout(_Strict):
+    name: str
+    attach: Optional[str] = None
+    launch: Optional[LaunchSpec] = None
+    api_key_env: Optional[str] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError(f"expected a name of letters, digits, '.', '_' or '-' (used in file names), got {name!r}")
+        return name
+
+    @field_validator("attach")
+    @classmethod
+    def _attach(cls, url: Optional[str]) -> Optional[str]:
+        if url is not None and not re.match(r"^https?://[^/\s:]+(:\d{1,5})?(/\S*)?$", url):
+            raise ValueError(f"expected a URL like http://127.0.0.1:30000, got {url!r}")
+        return url.rstrip("/") if url else url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, name: Optional[str]) -> Optional[str]:
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError(f"expected the NAME of an environment variable, got {name!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ArmLayout":
+        if (self.attach is None) == (self.launch is None):
+            raise ValueError("expected exactly one of 'launch:' (start a server) or 'attach:' (a URL)")
+        return self
+
+
+class RampLayout(_Strict):
+    levels: list[int]
+    input_len: int = Field(default=1024, gt=0)
+    output_len: int = Field(default=256, gt=0)
+    level_duration_s: Optional[float] = Field(default=None, gt=0)
+    requests_per_level: Optional[int] = Field(default=None, gt=0)
+    settle_s: float = Field(default=5.0, ge=0)
+    seed: int = 42
+    dataset: Optional[str] = None
+    category: Optional[str] = None
+    tokenizer: Optional[str] = None
+    flush_cache: bool = False
+    restart_between_levels: bool = False
+    timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if not levels or any(c <= 0 for c in levels):
+            raise ValueError(f"expected a non-empty list of positive concurrency levels, got {levels!r}")
+        return levels
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, category: Optional[str]) -> Optional[str]:
+        if category is not None and category not in ("low_entropy", "mixed", "high_entropy"):
+            raise ValueError(f"expected low_entropy, mixed or high_entropy, got {category!r}")
+        return category
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "RampLayout":
+        if self.level_duration_s is not None and self.requests_per_level is not None:
+            raise ValueError("expected level_duration_s or requests_per_level, not both")
+        if self.level_duration_s is None and self.requests_per_level is None:
+            self.level_duration_s = 60.0
+        return self
+
+    def plan(self) -> RampPlan:
+        return RampPlan(
+            levels=list(self.levels), input_len=self.input_len, output_len=self.output_len,
+            level_duration_s=self.level_duration_s, requests_per_level=self.requests_per_level,
+            settle_s=self.settle_s, seed=self.seed, dataset=self.dataset, category=self.category,
+            tokenizer=self.tokenizer, flush_cache=self.flush_cache,
+            restart_between_levels=self.restart_between_levels, timeout_s=self.timeout_s,
+        )
+
+
+class Layout(_Strict):
+    name: Optional[str] = None
+    description: Optional[str] = None
+    command: Optional[list[str]] = None
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    interval_s: float = Field(default=1.0, gt=0)
+    arms: list[ArmLayout]
+    ramp: Optional[RampLayout] = None
+    panes: Optional[list[str]] = None
+    # Where the file was read from (set by load_layout; relative dataset paths resolve against it).
+    source: Optional[str] = Field(default=None, exclude=True)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
+        return LaunchSpec._command(command)
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, arms: list[ArmLayout]) -> list[ArmLayout]:
+        if not arms:
+            raise ValueError("expected at least one arm")
+        names = [a.name for a in arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"expected distinct arm names, {dup[0]!r} appears twice")
+        ports = [a.launch.port for a in arms if a.launch and a.launch.port]
+        dup_ports = sorted({p for p in ports if ports.count(p) > 1})
+        if dup_ports:
+            raise ValueError(f"expected distinct launch ports, {dup_ports[0]} appears twice")
+        return arms
+
+    @field_validator("panes")
+    @classmethod
+    def _panes(cls, panes: Optional[list[str]]) -> Optional[list[str]]:
+        if panes is not None:
+            for p in panes:
+                if p not in PANES:
+                    raise ValueError(f"expected pane names from {', '.join(PANES)}, got {p!r}")
+        return panes
+
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def launched(self) -> list[ArmLayout]:
+        return [a for a in self.arms if a.launch is not None]
+
+    def server_command(self, arm: ArmLayout, env: Optional[dict[str, str]] = None) -> list[str]:
+        """Program and leading arguments for a launched arm (before the flags)."""
+        assert arm.launch is not None
+        if arm.launch.command:
+            return list(arm.launch.command)
+        if self.command:
+            return list(self.command)
+        text = (os.environ if env is None else env).get(COMMAND_ENV)
+        if text:
+            return shlex.split(text)
+        return list(SGLANG_COMMAND)
+
+    def attached_specs(self) -> list[ArmSpec]:
+        return [ArmSpec(name=a.name, url=a.attach, api_key_env=a.api_key_env) for a in self.arms if a.attach]
+
+    def plan(self) -> Optional[RampPlan]:
+        if self.ramp is None:
+            return None
+        plan = self.ramp.plan()
+        if plan.dataset and self.source and not Path(plan.dataset).is_absolute():
+            candidate = Path(self.source).parent / plan.dataset
+            if candidate.exists():
+                plan.dataset = str(candidate)
+        return plan
+
+
+def is_sim_command(command: list[str]) -> bool:
+    """True when the command starts specmon's simulator (which understands --profile/--speed)."""
+    text = " ".join(command)
+    return "specmon.servers.sim" in text or bool(re.search(r"\bspecmon\b.*\bsim\b", text))
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and checking
+
+
+def layouts_dirs() -> list[Path]:
+    """Where named layouts (`demo`, `nvfp4-mtp`, ...) are looked up: the installed package's copy,
+    then the repository's layouts/ next to the package (an editable install from a clone)."""
+    pkg = Path(__file__).resolve().parent.parent
+    return [d for d in (pkg / "layouts", pkg.parent / "layouts") if d.is_dir()]
+
+
+def resolve_layout(name_or_path: str | os.PathLike) -> Path:
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    if path.parent == Path("."):
+        for d in layouts_dirs():
+            candidate = d / f"{stem}.yaml"
+            if candidate.exists():
+                return candidate
+    known = sorted({p.stem for d in layouts_dirs() for p in d.glob("*.yaml")})
+    raise UsageError(f"{name_or_path}: no such layout file (named layouts: {', '.join(known) or 'none found'})")
+
+
+def load_layout(name_or_path: str | os.PathLike, env: Optional[dict[str, str]] = None) -> tuple[Layout, list[str]]:
+    """Read and check a layout; returns it with warnings. Raises UsageError with one line."""
+    path = resolve_layout(name_or_path)
+    label = str(name_or_path) if Path(name_or_path).exists() else str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: expected UTF-8 text") from None
+    except OSError as e:
+        raise UsageError(f"{label}: cannot read: {e.strerror or e}") from None
+    return parse_layout(text, label, env=env)
+
+
+def parse_layout(text: str, label: str = "<layout>", env: Optional[dict[str, str]] = None) -> tuple[Layout, list[str]]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UsageError(f"{label}{where}: invalid YAML: {problem}") from None
+    except (ValueError, TypeError, RecursionError) as e:  # e.g. a key that cannot be hashed
+        raise UsageError(f"{label}: invalid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{label}: expected a mapping with 'arms:' at the top level, got {_kind(data)}")
+    try:
+        layout = Layout.model_validate(data)
+    except ValidationError as e:
+        raise UsageError(f"{label}: {_first_error(e)}") from None
+    except RecursionError:
+        raise UsageError(f"{label}: nested too deeply") from None
+    layout.source = label
+    if layout.name is None:
+        layout.name = Path(label).stem
+    errors, warnings = check_combinations(layout, env=env)
+    if errors:
+        raise UsageError(f"{label}: {errors[0]}")
+    return layout, [f"{label}: {w}" for w in warnings]
+
+
+def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> tuple[list[str], list[str]]:
+    """Errors and warnings for flag combinations SGLang rejects or regrets at startup."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    gpus_seen: dict[int, str] = {}
+    for i, arm in enumerate(layout.arms):
+        where = f"arms[{i}].launch"
+        if arm.launch is None:
+            if layout.ramp and layout.ramp.restart_between_levels:
+                warnings.append(f"arms[{i}]: attached arm {arm.name!r} cannot be restarted between levels")
+            continue
+        flags = arm.launch.flags
+        command = layout.server_command(arm, env)
+        sim = is_sim_command(command)
+        if not sim and not flags.get("model_path") and not flags.get("model"):
+            errors.append(f"{where}.flags.model_path: expected the model to serve (a local dir or HF id)")
+        _choice(errors, f"{where}.flags.kv_cache_dtype", flags.get("kv_cache_dtype"), KV_CACHE_DTYPES)
+        _choice(errors, f"{where}.flags.speculative_algorithm", flags.get("speculative_algorithm"), SPEC_ALGORITHMS)
+        _choice(errors, f"{where}.flags.quantization", flags.get("quantization"), QUANTIZATIONS)
+        _choice(errors, f"{where}.flags.attention_backend", flags.get("attention_backend"), ATTENTION_BACKENDS)
+        mem = flags.get("mem_fraction_static")
+        if mem is not None and (isinstance(mem, bool) or not isinstance(mem, (int, float)) or not 0 < mem < 1):
+            errors.append(f"{where}.flags.mem_fraction_static: expected a number between 0 and 1, got {mem!r}")
+        for key in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+                    "max_running_requests", "max_total_tokens", "tp_size", "tensor_parallel_size",
+                    "dp_size", "decode_log_interval", "chunked_prefill_size"):
+            v = flags.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                errors.append(f"{where}.flags.{key}: expected a positive integer, got {v!r}")
+        algo = str(flags.get("speculative_algorithm") or "").upper()
+        spec_v2 = arm.launch.env.get("SGLANG_ENABLE_SPEC_V2", "").lower() in ("1", "true", "yes", "on")
+        topk = flags.get("speculative_eagle_topk")
+        if spec_v2 and algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE") and topk is not None:
+            if isinstance(topk, int) and topk > 1:
+                warnings.append(f"{where}.flags.speculative_eagle_topk: {topk} with SGLANG_ENABLE_SPEC_V2=1: "
+                                "SGLang will refuse to start ('Spec v2 currently only supports topk = 1'); leave it unset")
+            else:
+                warnings.append(f"{where}.flags.speculative_eagle_topk: set with SGLANG_ENABLE_SPEC_V2=1; "
+                                "operators found it must be left unset with spec v2")
+        # EAGLE on a model with MTP heads drafts with the model itself; EAGLE3 and STANDALONE never do.
+        if algo in ("EAGLE3", "STANDALONE") and not sim and not flags.get("speculative_draft_model_path"):
+            warnings.append(f"{where}.flags.speculative_draft_model_path: not set; {algo} needs a draft model")
+        tp = flags.get("tp_size") or flags.get("tensor_parallel_size") or 1
+        gpus = arm.launch.gpus
+        if gpus is not None and isinstance(tp, int) and len(gpus) < tp:
+            errors.append(f"{where}.gpus: tp_size {tp} needs {tp} GPUs, got {gpus!r}")
+        for g in gpus or []:
+            if g in gpus_seen:
+                warnings.append(f"{where}.gpus: GPU {g} is also given to arm {gpus_seen[g]!r}; "
+                                "two servers on one GPU compete for its memory")
+            gpus_seen.setdefault(g, arm.name)
+    return errors, warnings
+
+
+def _choice(errors: list[str], where: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        errors.append(f"{where}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "an empty file"
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true/false"}.get(
+        type(value), type(value).__name__)
+
+
+_EXPECTED = {
+    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
+    "float_parsing": "expected a number", "float_type": "expected a number",
+    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
+    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
+    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
+    "missing": "required key is missing",
+    "finite_number": "expected a finite number",
+}
+
+
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors(include_url=False)[0]
+    loc, kind, value = tuple(err.get("loc", ())), err.get("type", ""), err.get("input")
+    where = _where(loc)
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
+        return f"{where}: unknown key{hint}"
+    if kind == "value_error":
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        return f"{where}: {msg}"
+    expected = _EXPECTED.get(kind)
+    if expected is None:
+        ctx = err.get("ctx") or {}
+        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
+                  "less_than_equal": "<= {le}"}
+        if kind in bounds:
+            expected = "expected a value " + bounds[kind].format(**ctx)
+        else:
+            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
+    if kind == "missing":
+        return f"{where}: {expected}"
+    return f"{where}: {expected}, got {_short(value)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: Any = Layout
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return [k for k in model.model_fields if k != "source"] if hasattr(model, "model_fields") else []
+
+
+def _model_of(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for a in args or ():
+        found = _model_of(a)
+        if found is not None:
+            return found
+    return None
