@@ -124,7 +124,17 @@ class LiveSession:
         ramp_task: Optional[asyncio.Task] = None
         try:
             if self.supervisor is not None:
-                await _maybe_await(self.supervisor.start(emit))
+                # Startup can take minutes (weights, CUDA graphs): a stop (q, Ctrl-C, SIGTERM) must not wait for it.
+                starting = asyncio.ensure_future(_maybe_await(self.supervisor.start(emit)))
+                stopping = asyncio.create_task(stop.wait())
+                await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                if not starting.done():
+                    starting.cancel()
+                    await asyncio.gather(starting, return_exceptions=True)
+                    reason = self.stop_reason or "stopped during startup"
+                    return reason
+                starting.result()
                 self.arms = list(getattr(self.supervisor, "arms", self.arms))
             self._start_collectors()
             self._write_session_arms()
@@ -187,7 +197,9 @@ class LiveSession:
         start = time.monotonic()
         while True:
             tick_start = time.monotonic()
-            await self.tick(emit, deadline_s=self.interval * 0.8)
+            # The first tick also fetches /server_info (a large JSON): give it more time.
+            deadline = self.interval * 0.8 if self.ticks else max(self.interval * 0.8, min(2.0, self.scrape_timeout_s))
+            await self.tick(emit, deadline_s=deadline)
             if ramp_task is not None and ramp_task.done() and not self.keep_watching:
                 exc = ramp_task.exception()
                 if exc is not None:
@@ -234,6 +246,8 @@ class LiveSession:
                            reason=f"no answer from {c.base} yet (scrape running for {time.time() - ts:.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
             s.ts = ts
+            if self.supervisor is not None and hasattr(self.supervisor, "fill_from_log"):
+                self.supervisor.fill_from_log(s)  # launch mode: the server's log lines fill what the scrape lacks
             s.level, s.offered_concurrency = self._level, self._offered
             self._attach_machine(s, gpus, per_arm.get(spec.name), c)
             samples.append(s)

@@ -33,6 +33,18 @@ class _Failure(Exception):
         self.reason = reason
 
 
+def _refused(e: BaseException) -> bool:
+    """True when nothing listens: httpx words it "All connection attempts failed", the cause says more."""
+    seen = 0
+    cur: Optional[BaseException] = e
+    while cur is not None and seen < 6:
+        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
+
+
 def _int(v: Optional[float]) -> Optional[int]:
     return None if v is None else int(round(v))
 
@@ -68,6 +80,7 @@ class ArmCollector:
         self._retry_at = 0.0
         self._info_due = 0.0
         self._metrics_probe_due = 0.0
+        self._info_problem: Optional[str] = None
         self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
 
     async def aclose(self) -> None:
@@ -86,10 +99,9 @@ class ArmCollector:
         try:
             return await self._client.get(url, headers=self._headers())
         except httpx.ConnectError as e:
-            text = str(e)
-            if "refused" in text.lower() or "Errno 111" in text:
+            if _refused(e):
                 raise _Failure("refused", f"connection refused at {self.base}")
-            raise _Failure("down", f"cannot connect to {self.base}: {text or type(e).__name__}")
+            raise _Failure("down", f"cannot connect to {self.base}: {str(e) or type(e).__name__}")
         except httpx.TimeoutException:
             raise _Failure("timeout", f"no answer from {url} within {self.timeout_s:g} s")
         except httpx.TransportError as e:
@@ -140,25 +152,30 @@ class ArmCollector:
     def _down_sample(self, ts: float, state: str, reason: Optional[str], retry_in: float,
                      scrape_s: Optional[float] = None) -> Sample:
         words = reason or state
+        retry = f"retrying in {retry_in:.0f} s" if retry_in >= 1.5 else "retrying"
         return Sample(ts=ts, arm=self.spec.name, up=False, state=state,
-                      reason=f"{words}; retrying in {retry_in:.0f} s", scrape_s=scrape_s,
+                      reason=f"{words}; {retry}", scrape_s=scrape_s,
                       spec_enabled=self.info.speculative if self.info else None,
                       kv_capacity_tokens=self.info.kv_capacity_tokens if self.info else None)
 
+    def _auth_hint(self) -> str:
+        if self.spec.api_key_env:
+            return f"the key in ${self.spec.api_key_env} was refused"
+        return "the server wants an API key: pass --api-key-env VAR"
+
     async def _scrape_up(self, t0: float) -> Sample:
         problems: list[str] = []
-        unauthorized = False
         if t0 >= self._info_due:
             problem = await self.refresh_info()
             # Retry a missing /server_info every 10 s; refresh a good one now and then.
             self._info_due = t0 + (self.info_refresh_s if problem is None else 10.0)
-            if problem == "unauthorized":
-                unauthorized = True
-                key_hint = (f"the key in ${self.spec.api_key_env} was refused" if self.spec.api_key_env
-                            else "the server wants an API key: pass --api-key-env VAR")
-                problems.append(f"/server_info answered 401 ({key_hint})")
-            elif problem:
-                problems.append(problem)
+            self._info_problem = problem
+        # Said on every tick until /server_info answers, not only on the tick that asked.
+        unauthorized = self._info_problem == "unauthorized"
+        if unauthorized:
+            problems.append(f"/server_info answered 401 ({self._auth_hint()})")
+        elif self._info_problem:
+            problems.append(self._info_problem)
 
         sample: Optional[Sample] = None
         if self.mode != "loads" or t0 >= self._metrics_probe_due:
@@ -253,7 +270,7 @@ class ArmCollector:
     async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:
         r = await self._get("/v1/loads")
         if r.status_code == 401:
-            return None, "/v1/loads answered 401", True
+            return None, f"/v1/loads answered 401 ({self._auth_hint()})", True
         if r.status_code != 200:
             # sglang issue 28887: /v1/loads can answer 500; survive it.
             return None, f"/v1/loads answered HTTP {r.status_code}", False
