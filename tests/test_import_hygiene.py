@@ -1,0 +1,39 @@
+"""The data core never imports Textual or the TUI (checked at run time and by import-linter)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from simproc import REPO
+
+CORE = ["specmon.model", "specmon.sources", "specmon.sources.prom", "specmon.sources.derive",
+        "specmon.sources.sglang", "specmon.sources.nvml", "specmon.sources.host", "specmon.sources.predict",
+        "specmon.sources.serverinfo", "specmon.load", "specmon.analysis", "specmon.session",
+        "specmon.session.recorder", "specmon.session.live", "specmon.servers", "specmon.headless",
+        "specmon.commands.attach"]
+
+
+def test_core_imports_leave_textual_out():
+    code = ("import importlib, pkgutil, sys\n"
+            f"for m in {CORE!r}: importlib.import_module(m)\n"
+            "for pkg in ('specmon.sources', 'specmon.load', 'specmon.analysis', 'specmon.session', 'specmon.servers'):\n"
+            "    p = importlib.import_module(pkg)\n"
+            "    for info in pkgutil.walk_packages(p.__path__, pkg + '.'):\n"
+            "        if not info.name.endswith('__main__'):\n"
+            "            importlib.import_module(info.name)\n"
+            "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.') or m.startswith('specmon.tui'))\n"
+            "print(bad)\n"
+            "sys.exit(1 if bad else 0)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_import_linter_contract_holds():
+    exe = Path(sys.executable).parent / "lint-imports"
+    cmd = [str(exe)] if exe.exists() else [shutil.which("lint-imports") or "lint-imports"]
+    p = subprocess.run(cmd, cwd=str(REPO), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 kept, 0 broken" in p.stdout
