@@ -122,10 +122,15 @@ def load_session(path: Path) -> RecordedSession:
         if r.level is None and r.offered_concurrency in plan_levels:
             r.level = plan_levels.index(r.offered_concurrency)
 
+    # Client durations were recorded in the arm's time (x time_scale for a sped-up sim): back to wall.
+    scales = {a.get("name"): float(a.get("time_scale") or 1.0)
+              for a in meta.get("arms") or [] if isinstance(a, dict)}
     ends: dict[tuple[str, int], list[float]] = defaultdict(list)
     for row in _read_csv(path / "requests.csv", ("arm", "level", "t_start")):
+        if not (row.get("e2e_s") or "").strip():
+            continue  # a request that never finished has no end
         try:
-            t_end = float(row["t_start"]) + float(row.get("e2e_s") or "nan")
+            t_end = float(row["t_start"]) + float(row["e2e_s"]) / scales.get(row["arm"], 1.0)
             ends[(row["arm"], int(float(row["level"])))].append(t_end)
         except ValueError:
             continue  # a request that never finished has no end
@@ -173,6 +178,8 @@ def build_events(rec: RecordedSession) -> list[Event]:
         ticks[-1].append(s)
 
     plan = meta.get("ramp_plan") or {}
+    # The ramp reports level time in the arms' time (the sim's --speed), as LevelProgress did live.
+    scale = max([float(a.get("time_scale") or 1.0) for a in arm_meta.values()] or [1.0])
     planned_s = plan.get("level_duration_s")
     levels_total = len(plan.get("levels") or []) or None
     results_by_level: dict[int, list[LevelResult]] = defaultdict(list)
@@ -207,10 +214,11 @@ def build_events(rec: RecordedSession) -> list[Event]:
         events.append(SamplesTick(samples=tick, ts=ts))
         if current is not None:
             done = {a.name: _count_le(rec.request_ends.get((a.name, current), []), ts) for a in rec.arms}
+            elapsed = (ts - level_t0) * scale
             eta = None
             if planned_s:
-                eta = max(planned_s - (ts - level_t0), 0.0) + planned_s * max((levels_total or 0) - current - 1, 0)
-            events.append(LevelProgress(level=current, elapsed_s=ts - level_t0, planned_s=planned_s,
+                eta = max(planned_s - elapsed, 0.0) + planned_s * max((levels_total or 0) - current - 1, 0)
+            events.append(LevelProgress(level=current, elapsed_s=elapsed, planned_s=planned_s,
                                         done_requests=done, eta_s=eta, ts=ts + EPS / 2))
     last_ts = ticks[-1][0].ts if ticks else start
     if current is not None:
@@ -252,10 +260,11 @@ class ReplaySource:
         self._resume = asyncio.Event()
         self._resume.set()
         self._skip = False
+        self._now = self.events[0].ts if self.events else 0.0  # recorded time of the last event played
 
     def mark(self, label: str) -> None:
-        """Shown, not written: a replay never modifies the recording."""
-        self._emit(Marker(label=label))
+        """Shown, not written: a replay never modifies the recording. Stamped with the recording's clock."""
+        self._emit(Marker(label=label, ts=self._now))
 
     def pause_ramp(self) -> None:
         self._resume.clear()
@@ -277,6 +286,7 @@ class ReplaySource:
         start = loop.time()
         for i, ev in enumerate(self.events):
             if self._skip and not isinstance(ev, LevelStarted):
+                self._now = ev.ts
                 emit(ev)  # fast-forward to the next level's start
                 continue
             if self._skip:
@@ -303,6 +313,7 @@ class ReplaySource:
                     offset = (ev.ts - t0) - (loop.time() - start) * self.speed
             if stop.is_set():
                 return "stopped"
+            self._now = ev.ts
             emit(ev)
         return "replay finished"
 

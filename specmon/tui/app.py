@@ -34,7 +34,7 @@ QUIT_WAIT_S = 15.0  # how long q waits for the session to close its recording
 
 
 class SpecmonApp(App[str]):
-    CSS_PATH = "specmon.tcss"
+    CSS_PATH = Path(__file__).parent / "specmon.tcss"  # absolute: subclasses live elsewhere
     ENABLE_COMMAND_PALETTE = False
     # Arms side by side from 120 columns, stacked below that.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]

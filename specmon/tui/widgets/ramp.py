@@ -94,7 +94,7 @@ class LevelTable(StyledWidget):
             return Text("no level finished yet", style=self.st("dim"))
         width = max(self.size.width, 40)
         names = [r.arm for r in rows]
-        arm_w = min(max(len(n) for n in names) + 2, max(width - TABLE_W, 8))
+        arm_w = min(max(len(n) for n in names) + 3, max(width - TABLE_W, 8))
         head = Text("arm".ljust(arm_w), style=self.st("label"), no_wrap=True)
         for name, w, right in COLUMNS:
             head.append((name.rjust(w) if right else " " + name.ljust(w - 1)), style=self.st("label"))

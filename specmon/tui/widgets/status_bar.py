@@ -40,17 +40,17 @@ class StatusBar(StyledWidget):
             if s.markers:
                 t.append(*dot)
                 t.append(f"{len(s.markers)} mark" + ("s" if len(s.markers) != 1 else ""), style=self.st("unit"))
-            if self.out_dir:
-                t.append(*dot)
-                t.append(self.out_dir, style=self.st("dim"))
             if self.stopped is not None:
                 t.append(*dot)
                 t.append(f"ended: {self.stopped}", style=self.st("warn"))
             if self.ramp_paused:
                 t.append(*dot)
-                t.append(" RAMP PAUSED ", style=self.st("warn") + self.st("bar"))
+                t.append("RAMP PAUSED", style=self.st("warn"))
             if self.display_paused:
                 t.append(*dot)
-                t.append(" DISPLAY PAUSED (still recording) ", style=self.st("warn"))
+                t.append("DISPLAY PAUSED (still recording)", style=self.st("warn"))
+            if self.out_dir:  # last: the path is the first thing to give up room
+                t.append(*dot)
+                t.append(self.out_dir, style=self.st("dim"))
         t.truncate(self.size.width or 80, overflow="ellipsis")
         return t

@@ -1,0 +1,224 @@
+"""Pilot tests of the Textual app: driven by a replay of recorded sim sessions, and live by
+LiveSession against real `specmon sim` processes (1 and 3 arms). Asserts on the sequence of
+app messages (message_hook) and on what the panes render."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.model import ArmSpec, RampPlan
+from specmon.session.replay import ReplaySource
+from specmon.tui import messages as msg
+from specmon.tui.app import SpecmonApp
+from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
+from specmon.tui.widgets.accept import AcceptPane
+from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.kv import KvPane
+from specmon.tui.widgets.ramp import LevelTable, RampProgress
+from specmon.tui.widgets.status_bar import StatusBar
+
+sys.path.insert(0, str(Path(__file__).parent))
+from simproc import start_sim  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+def copy_session(name: str, tmp_path: Path) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(DATA / name, dst)
+    return dst
+
+
+async def wait_for(pilot, cond, timeout=20.0, what="condition"):
+    steps = int(timeout / 0.05)
+    for _ in range(steps):
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def text(widget) -> str:
+    return str(widget.render())
+
+
+def event_kinds(seen) -> list[str]:
+    return [type(m).__name__ for m in seen if isinstance(m, (msg.EventMessage, msg.LiveStopped))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay of recorded sim sessions
+
+
+async def test_replay_three_arms_messages_and_panes(tmp_path):
+    folder = copy_session("session_sim_3arm", tmp_path)
+    levels = list(csv.DictReader(open(folder / "levels.csv")))
+    src = ReplaySource(folder, speed=1e6)
+    app = SpecmonApp(src, "t")
+    seen = []
+    async with app.run_test(size=(160, 48), message_hook=seen.append) as pilot:
+        await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, what="replay end")
+        await pilot.pause()
+        kinds = event_kinds(seen)
+        # Ramp structure in order: each level starts before it finishes; the session ends last.
+        starts = [i for i, k in enumerate(kinds) if k == "LevelStarted"]
+        ends = [i for i, k in enumerate(kinds) if k == "LevelFinished"]
+        assert len(starts) == len(ends) == len({r["level"] for r in levels}) == 4
+        assert all(s < e for s, e in zip(starts, ends))
+        assert all(e < s for e, s in zip(ends, starts[1:]))
+        assert kinds.index("RampFinished") > ends[-1]
+        assert kinds[-2:] == ["SessionEnded", "LiveStopped"]
+        assert 1 <= kinds.count("Tick") <= sum(1 for e in src.events if type(e).__name__ == "SamplesTick")
+        assert kinds.count("ArmInfoChanged") == 3
+
+        panels = list(app.query(ArmPanel))
+        assert [p.arm_name for p in panels] == ["fp8-mtp", "nvfp4-mtp", "fp8-nospec"]
+        accept = {p.arm_name: text(p.query_one(AcceptPane)) for p in panels}
+        assert "no speculation" in accept["fp8-nospec"]
+        assert "tok/step" in accept["fp8-mtp"] or "—" in accept["fp8-mtp"]
+        assert "0 tok" not in accept["fp8-nospec"]
+        kv = text(panels[0].query_one(KvPane))
+        assert "/175K tok" in kv
+
+        table = text(app.query_one(LevelTable))
+        for r in levels:  # every recorded (arm, level) row is in the table with its numbers
+            assert any(line.split()[1] == r["arm"] and line.split()[2] == r["offered_concurrency"]
+                       for line in table.splitlines()[2:] if len(line.split()) > 3), r
+        first = next(r for r in levels if r["arm"] == "fp8-mtp")
+        assert f"{first['ok']}/{first['failed']}" in table
+        assert "level 4/4" in text(app.query_one(RampProgress))
+
+
+async def test_replay_keys(tmp_path):
+    folder = copy_session("session_sim_1arm", tmp_path)
+    src = ReplaySource(folder, speed=0.5)  # slow enough that the keys land mid-replay
+    app = SpecmonApp(src, "t")
+    seen = []
+    async with app.run_test(size=(120, 40), message_hook=seen.append) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks >= 1, what="first tick")
+        # m: a prompt; the label arrives as a Marker event
+        await pilot.press("m")
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press(*"warm", "enter")
+        await wait_for(pilot, lambda: any(m.label == "warm" for m in app.state.markers), what="marker")
+        assert "MarkerAdded" in event_kinds(seen)
+        # s: an SVG screenshot in the session folder
+        await pilot.press("s")
+        assert list(folder.glob("screenshot-*.svg"))
+        # p: display paused (collection continues), then resumed
+        await pilot.press("p")
+        assert app.display_paused and "DISPLAY PAUSED" in text(app.query_one(StatusBar))
+        ticks = app.state.ticks
+        await pilot.press("p")
+        assert not app.display_paused
+        # space: the replay pauses (as the ramp would), space again resumes
+        await pilot.press("space")
+        assert not src._resume.is_set() and app.ramp_paused
+        await pilot.press("space")
+        assert src._resume.is_set()
+        # ?: help; escape closes it
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        # tab focuses the arm, d opens its detail view, escape goes back
+        await pilot.press("tab")
+        assert isinstance(app.focused, ArmPanel)
+        await pilot.press("d")
+        assert isinstance(app.screen, ArmDetailScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ArmDetailScreen)
+        # n: skip to the next level: the replay fast-forwards to the next LevelStarted
+        before = event_kinds(seen).count("LevelStarted")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: event_kinds(seen).count("LevelStarted") > before, timeout=10, what="skip")
+        assert app.state.ticks >= ticks
+        await pilot.press("q")
+    assert app.return_value == "stopped"
+    # A replay never writes into the recording (besides the screenshot asked for).
+    assert "warm" not in (folder / "samples.csv").read_text()
+
+
+def test_replay_bad_folder(tmp_path):
+    from specmon.errors import UsageError
+
+    with pytest.raises(UsageError, match="session.json"):
+        ReplaySource(tmp_path)
+    (tmp_path / "session.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        ReplaySource(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Live: LiveSession against real sim processes
+
+
+async def test_live_one_arm_with_ramp(tmp_path):
+    from specmon.load.ramp import RampDriver
+    from specmon.session.live import LiveSession
+
+    with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=20, timeout=90) as sim:
+        arms = [ArmSpec(name="fp8-mtp", url=sim.url)]
+        plan = RampPlan(levels=[2, 4], input_len=512, output_len=64, level_duration_s=20.0, settle_s=2.0)
+        live = LiveSession(arms, interval=0.3, out_dir=tmp_path / "s", isl=512, osl=64,
+                           ramp=RampDriver(arms, plan), mode="ramp")
+        app = SpecmonApp(live, "live")
+        seen = []
+        async with app.run_test(size=(160, 48), message_hook=seen.append) as pilot:
+            await wait_for(pilot, lambda: app.state.arm("fp8-mtp").last is not None
+                           and app.state.arm("fp8-mtp").last.up, timeout=30, what="arm up")
+            await pilot.press("m")
+            await pilot.press("enter")  # the default label
+            await wait_for(pilot, lambda: app.state.markers, what="marker")
+            await wait_for(pilot, lambda: "LevelFinished" in event_kinds(seen), timeout=60, what="a level")
+            panel = app.query_one(ArmPanel)
+            assert "EAGLE" in text(panel.query_one("ArmHeader"))
+            assert "tok" in text(panel.query_one(KvPane))
+            await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, timeout=90, what="ramp end")
+            await pilot.press("q")
+        kinds = event_kinds(seen)
+        assert kinds.index("LevelStarted") < kinds.index("LevelFinished") < kinds.index("RampFinished")
+        assert kinds[-1] == "LiveStopped"
+        rows = list(csv.DictReader(open(tmp_path / "s" / "samples.csv")))
+        assert any(r["marker"] == "mark 1" and not r["arm"] for r in rows)
+        assert json.loads((tmp_path / "s" / "session.json").read_text())["exit_reason"]
+        # And the same folder plays back through the same app.
+        replay = ReplaySource(tmp_path / "s", speed=1e6)
+        assert sum(type(e).__name__ == "LevelFinished" for e in replay.events) == 2
+
+
+async def test_live_three_arms_attach(tmp_path):
+    from specmon.session.live import LiveSession
+
+    profiles = ["fp8-mtp", "nvfp4-mtp", "fp8-nospec"]
+    with start_sim("--enable-metrics", "--profile", profiles[0], speed=20, timeout=90) as a, \
+         start_sim("--enable-metrics", "--profile", profiles[1], speed=20, timeout=90) as b, \
+         start_sim("--enable-metrics", "--profile", profiles[2], speed=20, timeout=90) as c:
+        arms = [ArmSpec(name=p, url=s.url) for p, s in zip(profiles, (a, b, c))]
+        live = LiveSession(arms, interval=0.3, out_dir=tmp_path / "s", mode="attach")
+        app = SpecmonApp(live, "live")
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_for(pilot, lambda: all(app.state.arm(p).info is not None for p in profiles)
+                           and app.state.ticks >= 2, timeout=30, what="three arms answering")
+            await pilot.pause(0.2)
+            panels = {p.arm_name: p for p in app.query(ArmPanel)}
+            assert list(panels) == profiles
+            # side by side at 160 columns
+            assert len({p.region.y for p in panels.values()}) == 1
+            assert "no speculation" in text(panels["fp8-nospec"].query_one(AcceptPane))
+            assert "no speculation" not in text(panels["fp8-mtp"].query_one(AcceptPane))
+            assert "cap 56" in text(panels["nvfp4-mtp"].query_one("ArmHeader"))
+            assert app.focused is panels["fp8-mtp"]  # the first arm has focus from the start
+            await pilot.press("tab")
+            assert app.focused is panels["nvfp4-mtp"]
+            await pilot.press("tab", "tab")
+            assert app.focused is panels["fp8-mtp"]  # wraps around
+            await pilot.press("shift+tab")
+            assert app.focused is panels["fp8-nospec"]
+            await pilot.press("q")
+        assert app.return_value  # LiveSession's exit reason

@@ -1,0 +1,30 @@
+"""Snapshot tests: the real app replaying recorded sim sessions, 1 and 3 arms, 80x24 and 160x48.
+
+Baselines live in tests/__snapshots__/ (update with `pytest tests/test_tui_snapshots.py
+--snapshot-update` after checking the new SVGs by eye).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).parent / "snapshot_apps" / "replay_app.py"
+
+
+async def _replayed(pilot) -> None:
+    app = pilot.app
+    for _ in range(400):
+        if app.query_one("StatusBar").stopped is not None:
+            break
+        await pilot.pause(0.02)
+    assert app.query_one("StatusBar").stopped is not None, "the replay did not finish"
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("session", ["session_sim_1arm", "session_sim_3arm"])
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_replay_snapshot(snap_compare, monkeypatch, session, size):
+    monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", session)
+    assert snap_compare(str(APP), terminal_size=size, run_before=_replayed)

@@ -1,0 +1,107 @@
+"""Unit tests of the TUI's plain-Python parts: state, charts, number formats, and the replay's
+event reconstruction (over a folder written by the real Recorder with known values)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from specmon.model import (
+    ArmInfo, ArmInfoUpdated, KneeCalled, LevelFinished, LevelResult, LevelStarted, LogLine, Marker, Sample,
+    SamplesTick, SessionEnded,
+)
+from specmon.session.replay import ReplaySource
+from specmon.tui import fmt
+from specmon.tui.chart import Series, bar, spark_rows, xy_plot
+from specmon.tui.state import SessionState, queue_share
+
+sys.path.insert(0, str(Path(__file__).parent / "snapshot_apps"))
+import make_session  # noqa: E402
+
+
+def test_state_keeps_unknown_as_none_and_history_per_arm():
+    st = SessionState([("a", "http://x")])
+    st.apply(SamplesTick(samples=[Sample(ts=1.0, arm="a", up=True, kv_usage=0.5, gen_tok_s=None),
+                                  Sample(ts=1.0, arm="b", up=False, state="refused")], ts=1.0))
+    st.apply(SamplesTick(samples=[Sample(ts=2.0, arm="a", up=True, kv_usage=0.7, gen_tok_s=100.0)], ts=2.0))
+    assert st.arm_names() == ["a", "b"]  # b appeared mid-session
+    assert st.series("a", "kv_usage") == [0.5, 0.7]
+    assert st.series("a", "gen_tok_s") == [None, 100.0]
+    assert st.arm("b").last.state == "refused"
+    assert st.elapsed_s == 1.0
+
+
+def test_state_speculation_and_knees_and_logs():
+    st = SessionState()
+    st.apply(ArmInfoUpdated(arm="n", info=ArmInfo(model="m", speculative_algorithm=None)))
+    st.apply(ArmInfoUpdated(arm="e", info=ArmInfo(model="m", speculative_algorithm="EAGLE")))
+    assert st.arm("n").speculation is False and st.arm("e").speculation is True
+    st.apply(KneeCalled(arm="e", definition="predicted", concurrency=17.7, detail="kv"))
+    assert st.arm("e").predicted_knee.concurrency == 17.7 and st.knee_events == []
+    st.apply(LevelStarted(level=0, offered_concurrency=8, planned_s=60, levels_total=3))
+    st.apply(LevelFinished(level=0, results=[LevelResult(arm="e", level=0, offered_concurrency=8, knee="queueing")]))
+    st.apply(KneeCalled(arm="e", definition="queueing", concurrency=8, detail=""))
+    assert st.arm("e").confirmed_knee.concurrency == 8 and st.levels_done == 1
+    for i in range(3):
+        st.apply(LogLine(arm="e", line=f"line {i}"))
+    assert list(st.arm("e").logs) == ["line 0", "line 1", "line 2"] and st.arm("e").log_total == 3
+    st.apply(Marker(label="x"))
+    st.apply(SessionEnded(reason="done"))
+    assert st.markers[0].label == "x" and st.ended == "done"
+
+
+def test_queue_share_flags_queue_dominated_ttft():
+    s = Sample(ts=0, arm="a", up=True, ttft_mean_s=4.0, queue_time_mean_s=3.2)
+    assert queue_share(s) == 0.8
+    assert queue_share(Sample(ts=0, arm="a", up=True, ttft_mean_s=4.0)) is None
+    assert queue_share(Sample(ts=0, arm="a", up=True, ttft_mean_s=0.0, queue_time_mean_s=0.0)) is None
+
+
+def test_spark_rows_gaps_scale_and_height():
+    assert spark_rows([0, None, 8], 3, lo=0, hi=8) == [" " + " " + "█"]
+    assert spark_rows([1, 2], 4, lo=0, hi=2) == ["  ▄█"]  # right-aligned, newest last
+    two = spark_rows([4, 8], 2, height=2, lo=0, hi=8)
+    assert two == [" █", "██"]
+    assert spark_rows([0.001], 1, lo=0, hi=100) == ["▁"]  # a known non-zero value never vanishes
+
+
+def test_bar_and_formats():
+    assert bar(0.5, 4) == ("██", "  ")
+    assert bar(None, 3) == ("", "···")
+    assert fmt.secs(None) == "—" and fmt.secs(0.8123) == "812 ms" and fmt.secs(4.0) == "4.00 s"
+    assert fmt.secs(75) == "1m15s"
+    assert fmt.tokens(175000) == "175K" and fmt.tokens(24500) == "24.5K" and fmt.tokens(950) == "950"
+    assert fmt.spec_label(None, None, None, None) == "no speculation"
+    assert fmt.spec_label("EAGLE", 3, 1, 4) == "EAGLE 3/1/4"
+
+
+def test_xy_plot_marks_points_and_knee():
+    s = [Series("a", [(4, 100.0), (8, 190.0), (16, 200.0)], knee_x=8, predicted_x=16)]
+    p = xy_plot(s, 40, 10)
+    cells = [c for row in p.rows for c in row]
+    assert sum(1 for ch, _, kind in cells if kind == "knee" and ch == "◆") == 1
+    assert any(kind == "pred" for _, _, kind in cells)
+    assert "4" in p.x_axis and "16" in p.x_axis
+    assert p.y_labels[0] and p.y_labels[-1] == "0"
+
+
+def test_replay_rebuilds_the_event_stream(tmp_path):
+    folder = make_session.write(tmp_path / "s", n_arms=2, levels=(4, 8, 16, 32), level_s=3)
+    src = ReplaySource(folder, speed=10)
+    kinds = [type(e).__name__ for e in src.events]
+    assert kinds[:2] == ["ArmInfoUpdated", "ArmInfoUpdated"]
+    assert kinds.count("SamplesTick") == 4 * 3 and kinds.count("LevelStarted") == 4
+    assert kinds.count("LevelFinished") == 4 and kinds[-1] == "SessionEnded"
+    ticks = [e for e in src.events if isinstance(e, SamplesTick)]
+    assert all(len(t.samples) == 2 for t in ticks)
+    knees = [e for e in src.events if isinstance(e, KneeCalled)]
+    assert {(k.arm, k.definition) for k in knees if k.definition != "predicted"} == {
+        ("fp8-mtp", "queueing"), ("nvfp4-mtp", "queueing")}
+    assert [e.label for e in src.events if isinstance(e, Marker)] == ["after level 2"]
+    finished = [e for e in src.events if isinstance(e, LevelFinished)]
+    assert [len(f.results) for f in finished] == [2, 2, 2, 2]
+    # unknown stays unknown: the no-speculation values never become 0
+    s0 = ticks[0].samples[0]
+    assert s0.accept_length is not None and s0.ttft_p99_s is None
+    # timing: events in recorded order
+    assert [e.ts for e in src.events] == sorted(e.ts for e in src.events)
