@@ -175,3 +175,17 @@ def test_loads_parse():
     assert (r.running, r.waiting, r.used_tokens, r.capacity_tokens) == (47, 16, 57713, 617344)
     assert r.accept_length == 3.01
     assert parse_loads({"loads": []}) is None
+
+
+def test_filtered_parse_reads_the_same_values():
+    from specmon.sources.sglang import USED_METRICS
+
+    for text in (colon_text(), underscore_text()):
+        full = MetricsSnapshot.parse(text, ts=0)
+        part = MetricsSnapshot.parse(text, ts=0, only=USED_METRICS)
+        assert part.names() < full.names()
+        for name in USED_METRICS:
+            if full.has(name + "_bucket"):
+                assert part.histogram(name) == full.histogram(name)
+            else:
+                assert part.series(name) == full.series(name), name

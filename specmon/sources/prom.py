@@ -48,7 +48,12 @@ class MetricsSnapshot:
         self.ts = ts
 
     @classmethod
-    def parse(cls, text: str, ts: float) -> "MetricsSnapshot":
+    def parse(cls, text: str, ts: float, only: Optional[frozenset[str]] = None) -> "MetricsSnapshot":
+        """Parse a /metrics body. `only`: bare names to keep (histograms by base name); lines of
+        other metrics are dropped before the (slow, pure Python) parser sees them, which makes
+        a busy server's 46 KiB body several times cheaper to read."""
+        if only is not None:
+            text = _keep_lines(text, only)
         series: dict[str, list[tuple[dict[str, str], float]]] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
@@ -96,6 +101,26 @@ class MetricsSnapshot:
             if _key_without(lab, "le") == key:
                 return v
         return None
+
+
+_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def _keep_lines(text: str, only: frozenset[str]) -> str:
+    kept = []
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue  # HELP/TYPE: we read samples one by one, families do not matter
+        name = bare_name(line.split("{", 1)[0].split(" ", 1)[0])
+        if name not in only:
+            for suf in _SUFFIXES:
+                if name.endswith(suf) and name[: -len(suf)] in only:
+                    break
+            else:
+                continue
+        kept.append(line)
+    kept.append("")
+    return "\n".join(kept)
 
 
 def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:

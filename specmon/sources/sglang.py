@@ -25,6 +25,15 @@ from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, 
 
 DOWN_STATES = ("refused", "down", "timeout")
 
+# The series a Sample is made of (bare names; histograms by base name); the rest of /metrics
+# is skipped before parsing. Keep in step with _sample_from_metrics and RESET_COUNTERS.
+USED_METRICS = frozenset({
+    "num_running_reqs", "num_queue_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
+    "gen_throughput", "spec_accept_length", "spec_accept_rate", "new_token_ratio", "num_requests_total",
+    "prompt_tokens_total", "generation_tokens_total", "realtime_tokens_total", "http_requests_total",
+    "time_to_first_token_seconds", "queue_time_seconds", "inter_token_latency_seconds",
+})
+
 
 class _Failure(Exception):
     def __init__(self, state: str, reason: str):
@@ -210,7 +219,7 @@ class ArmCollector:
         if r.status_code != 200:
             return None, f"/metrics answered HTTP {r.status_code}"
         try:
-            snap = MetricsSnapshot.parse(r.text, ts=time.time())
+            snap = MetricsSnapshot.parse(r.text, ts=time.time(), only=USED_METRICS)
         except Exception as e:  # prometheus_client raises ValueError and friends on bad lines
             return None, f"malformed /metrics ({type(e).__name__}: {str(e)[:80]})"
         if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
