@@ -118,7 +118,7 @@ def queue_share(level: LevelResult) -> Optional[float]:
 
 
 def _secs(v: float) -> str:
-    return f"{v:.1f} s" if v >= 1 else f"{v * 1000:.0f} ms"
+    return f"{v:.1f} s" if v >= 0.1 else f"{v * 1000:.0f} ms"
 
 
 def c_90(levels: Sequence[LevelResult]) -> Optional[int]:

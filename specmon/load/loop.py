@@ -59,9 +59,19 @@ class LoadLoop:
         return {"lag_p50_s": percentile(lags, 50), "lag_p99_s": percentile(lags, 99),
                 "lag_max_s": max(lags) if lags else None, "lag_samples": len(lags)}
 
+    async def _shutdown(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def stop(self) -> None:
-        if self._lag_task is not None:
-            self._lag_task.cancel()
+        """Cancel whatever still runs on the load loop, then stop it and join the thread."""
+        if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(5)
+            except Exception:
+                pass
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)

@@ -66,28 +66,50 @@ def load_tokenizer(path: str):
         raise UsageError(f"--tokenizer {path}: could not load a tokenizer ({type(e).__name__}: {e})")
 
 
+_STABLE: dict[int, list[int]] = {}
+
+
+def stable_ids(tokenizer, limit: int) -> list[int]:
+    """Ids that survive decode -> encode unchanged between two neighbours (cached per tokenizer).
+
+    Many ids do not: byte pieces, ids whose text re-tokenizes as two pieces, specials. Drawing
+    only from the stable ones makes the length exact in one pass for most tokenizers.
+    """
+    key = id(tokenizer)
+    if key not in _STABLE:
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        probe = None
+        ok: list[int] = []
+        for i in range(1, limit):
+            if i in special:
+                continue
+            if probe is None:
+                probe = i
+            seq = [probe, i, probe]
+            if tokenizer(tokenizer.decode(seq, skip_special_tokens=True), add_special_tokens=False)["input_ids"] == seq:
+                ok.append(i)
+        _STABLE[key] = ok or list(range(1, limit))
+    return _STABLE[key]
+
+
 def exact_text(tokenizer, seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) -> str:
     """Text whose tokenization (special tokens included, as the server tokenizes) is n tokens.
 
-    Random ids decode to text that may re-tokenize to a different count (merges across id
-    boundaries); a few rounds of trimming or padding with more ids converge.
+    Random stable ids are decoded to text; if re-tokenizing still merges or splits across id
+    boundaries, a few rounds of trimming or padding converge.
     """
     special = len(tokenizer("", add_special_tokens=True)["input_ids"])
     want = max(n - special, 1)
     limit = min(id_limit, getattr(tokenizer, "vocab_size", id_limit) or id_limit)
-    pool = random_ids(seed, index, want * 2 + 64, limit)
-    ids = pool[:want]
-    extra = want
+    pool = stable_ids(tokenizer, limit)
+    rng = random.Random(seed * 1_000_003 + index)
+    ids = [pool[rng.randrange(len(pool))] for _ in range(want)]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     for _ in range(8):
         got = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(got) == want:
             return text
-        if len(got) > want:
-            got = got[:want]
-        else:
-            got = got + pool[extra:extra + (want - len(got))]
-            extra += want - len(got)
+        got = got[:want] + [pool[rng.randrange(len(pool))] for _ in range(want - len(got))]
         text = tokenizer.decode(got, skip_special_tokens=True)
     return text  # close enough; the realised count is recorded from meta_info anyway
 

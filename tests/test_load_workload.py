@@ -1,0 +1,102 @@
+"""Workload: seeded exact-length prompts and dataset files (good, bad, filtered)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specmon.errors import UsageError
+from specmon.load.workload import Workload, load_dataset, random_ids
+
+
+def test_input_ids_are_exact_reproducible_and_distinct():
+    w1, w2 = Workload(input_len=1024, seed=42), Workload(input_len=1024, seed=42)
+    p = w1.prompt(3)
+    assert p.text is None and len(p.input_ids) == 1024
+    assert p.input_ids == w2.prompt(3).input_ids           # same seed, same prompt, any run
+    assert p.input_ids != w1.prompt(4).input_ids           # a new prompt per request (no radix hits)
+    assert Workload(input_len=1024, seed=43).prompt(3).input_ids != p.input_ids
+    assert all(1 <= t < 4000 for t in p.input_ids)          # below the tiny model's 4,097 vocab
+    assert p.payload() == {"input_ids": p.input_ids}
+    # pinned: the generator must not drift between releases (recorded sessions refer to seeds)
+    assert random_ids(1, 0, 5) == random_ids(1, 0, 5)
+
+
+def test_jsonl_prompts_with_a_bad_line(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "hello"}\nnot json\n\n{"prompt": ""}\n{"prompt": "world"}\n')
+    ds = load_dataset(str(f))
+    assert ds.prompts == ["hello", "world"]
+    assert len(ds.skipped) == 2
+    assert ds.skipped[0].startswith(f"{f}:2:") and "not valid JSON" in ds.skipped[0]
+    assert ds.skipped[1].startswith(f"{f}:4:")
+
+
+def test_sharegpt_json(tmp_path):
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"}]},
+        {"conversations": [{"from": "gpt", "value": "only an answer"}]},
+        {"conversations": [{"from": "human", "value": "q2"}]},
+    ]))
+    ds = load_dataset(str(f))
+    assert ds.prompts == ["q1", "q2"]
+    assert len(ds.skipped) == 1 and "item 2" in ds.skipped[0]
+
+
+def test_speed_bench_category_filter(tmp_path):
+    f = tmp_path / "speed.jsonl"
+    rows = [{"category": "low_entropy", "turns": ["def f(x):"]},
+            {"category": "high_entropy", "turns": ["write a poem"]},
+            {"category": "low_entropy", "turns": []}]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ds = load_dataset(str(f), "low_entropy")
+    assert ds.prompts == ["def f(x):"] and len(ds.skipped) == 1
+    with pytest.raises(UsageError, match="category 'mixed'.*high_entropy, low_entropy"):
+        load_dataset(str(f), "mixed")
+    w = Workload(dataset=str(f), category="high_entropy", seed=1)
+    assert w.prompt(0).text == "write a poem" and w.prompt(5).text == "write a poem"
+
+
+def test_unusable_files_are_usage_errors(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("garbage\n{\"x\": 1}\n")
+    with pytest.raises(UsageError, match="empty.jsonl: no usable prompt"):
+        load_dataset(str(empty))
+    with pytest.raises(UsageError, match="file not found"):
+        load_dataset(str(tmp_path / "missing.jsonl"))
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"prompt": "x"}\n')
+    with pytest.raises(UsageError, match="no SPEED-Bench rows"):
+        load_dataset(str(plain), "low_entropy")
+    with pytest.raises(UsageError, match="--category"):
+        Workload(category="low_entropy")
+
+
+def test_tokenizer_path_must_be_a_directory(tmp_path):
+    with pytest.raises(UsageError, match="--tokenizer"):
+        Workload(tokenizer=str(tmp_path / "nope"))
+
+
+def test_text_prompts_have_the_exact_token_count():
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    path = "/work/shared/real-sglang/tiny-llama"
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    w = Workload(input_len=300, seed=5, tokenizer=path)
+    for i in range(3):
+        assert len(tok(w.prompt(i).text)["input_ids"]) == 300
+
+
+def test_ramp_cli_bad_dataset_exits_2_before_sending(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("nope\n")
+    # port 9 (discard) is never an SGLang server: exit 2 proves the file was read first
+    p = subprocess.run([sys.executable, "-m", "specmon", "ramp", "http://127.0.0.1:9", "--levels", "2",
+                        "--dataset", str(bad), "--headless", "--out", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "bad.jsonl" in p.stderr and "no usable prompt" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
