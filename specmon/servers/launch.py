@@ -261,7 +261,8 @@ class Supervisor:
             self._emit = emit
         arms = list(self.launched.values())
         for a in arms:
-            self._post(ArmPhase(arm=a.name, phase=lp.PHASE_RESTARTING))
+            a.ready = False
+            self._set_phase(a, lp.PHASE_RESTARTING)
         await asyncio.gather(*(asyncio.to_thread(self._stop_arm, a) for a in arms))
         await asyncio.gather(*(self._start_arm(a) for a in arms))
 
@@ -285,12 +286,15 @@ class Supervisor:
         a.state = lp.LogState()
         a.tail.clear()
         host = a.layout.launch.host  # type: ignore[union-attr]
-        if a.layout.launch.port and not port_free(host, a.port):  # type: ignore[union-attr]
+        # The URL stays the same across restarts (the ramp's clients hold it): give a just-killed
+        # server a moment to let go of the port.
+        for _ in range(20 if a.starts > 1 else 1):
+            if port_free(host, a.port):
+                break
+            await asyncio.sleep(0.25)
+        else:
             self._fail(a, f"port in use: {host}:{a.port} is already taken (by another server, or a dead one's leftover)")
             return
-        if a.starts > 1 and not port_free(host, a.port):
-            a.port = free_port(host, avoid={x.port for x in self.launched.values()})
-            a.spec.url = f"http://{host}:{a.port}"
         a.env = build_env(a.layout, self.base_env)
         a.argv = build_argv(self.layout, a.layout, a.port, a.env)
         self._set_phase(a, lp.PHASE_STARTING, " ".join(a.argv[-2:]))
@@ -325,9 +329,10 @@ class Supervisor:
                     self._set_phase(a, lp.PHASE_READY, detail)
                     return
                 if time.monotonic() > deadline:
+                    last_phase = a.phase
                     await asyncio.to_thread(self._stop_arm, a)
                     self._fail(a, f"not ready within {a.startup_timeout_s:g} s (no ready line, /health not 200; "
-                                  f"last phase: {a.phase})")
+                                  f"last phase: {last_phase})")
                     return
                 await asyncio.sleep(0.25)
 

@@ -1,0 +1,332 @@
+"""Launch mode end to end, with `specmon sim` started in place of SGLang through the layout's
+`command:` override: real processes, real HTTP, real process groups."""
+
+import asyncio
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specmon.errors import ServerError
+from specmon.model import ArmPhase, LogLine
+from specmon.servers.launch import Supervisor
+from specmon.servers.layout import parse_layout
+from specmon.sources import logparse as lp
+
+REPO = Path(__file__).resolve().parent.parent
+SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
+
+
+def layout_of(text: str):
+    head, sep, body = text.partition("arms:")
+    return parse_layout(textwrap.dedent(head) + sep + textwrap.dedent(body), "test.yaml", env={})[0]
+
+
+def run_specmon(*args, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def gone(pids, timeout=10.0) -> list[int]:
+    """Pids still alive (zombies count as gone: they hold nothing) after waiting up to timeout."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    return alive
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_two_arms_two_levels_restart_between(tmp_path):
+    """Two simulated arms, two levels, restart between levels: CSVs, logs, phases, session.json."""
+    (tmp_path / "two.yaml").write_text(SIM + textwrap.dedent("""
+        arms:
+          - name: fp8
+            launch: {flags: {profile: fp8-mtp, speed: 50, enable_metrics: true}}
+          - name: nvfp4
+            launch: {flags: {profile: nvfp4-mtp, speed: 50}}   # no --enable-metrics: /v1/loads + log lines
+        ramp: {levels: [2, 4], input_len: 600, output_len: 64, level_duration_s: 40, settle_s: 5,
+               restart_between_levels: true}
+        """))
+    out = tmp_path / "session"
+    r = run_specmon("launch", "two.yaml", "--headless", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    levels = read_csv(out / "levels.csv")
+    assert sorted((row["arm"], row["offered_concurrency"]) for row in levels) == [
+        ("fp8", "2"), ("fp8", "4"), ("nvfp4", "2"), ("nvfp4", "4")]
+    assert all(int(row["ok"]) > 0 and row["failed"] == "0" for row in levels)
+    samples = read_csv(out / "samples.csv")
+    assert {s["arm"] for s in samples} == {"fp8", "nvfp4"}
+    assert {s["level"] for s in samples if s["level"]} >= {"0", "1"}
+    # each server was started twice (restart between the levels), into one log per arm
+    for arm in ("fp8", "nvfp4"):
+        log = (out / "logs" / f"{arm}.log").read_text()
+        assert log.count("----- specmon: start #") == 2 and log.count(lp.READY_TEXT) == 2
+    assert r.stdout.count("fp8: ready") == 2 and "restarting" in r.stdout
+    assert "kv pool allocated" in r.stdout
+    session = json.loads((out / "session.json").read_text())
+    assert [a["name"] for a in session["layout"]["arms"]] == ["fp8", "nvfp4"]
+
+
+async def test_startup_crash_fails_one_arm_other_continues(tmp_path):
+    layout = layout_of(SIM + """
+        arms:
+          - name: good
+            launch: {flags: {profile: fp8-mtp, speed: 50}}
+          - name: bad
+            launch: {flags: {profile: fp8-mtp, drafter: nosuch}}
+          - name: oom
+            launch: {command: [python, -c, "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', flush=True); sys.exit(1)"]}
+        """)
+    events = []
+    sup = Supervisor(layout, tmp_path)
+    try:
+        await sup.start(events.append)
+        failed = sup.failed()
+        assert set(failed) == {"bad", "oom"}
+        assert failed["bad"] == "unknown drafter 'nosuch'; known: none, mtp, dflash, dspark"
+        assert failed["oom"] == "CUDA out of memory"
+        assert sup.launched["good"].ready
+        phases = [(e.arm, e.phase) for e in events if isinstance(e, ArmPhase)]
+        assert ("good", "ready") in phases and ("bad", "failed") in phases
+        assert any(isinstance(e, LogLine) and e.arm == "bad" for e in events)
+    finally:
+        sup.stop()
+
+
+async def test_every_arm_failing_is_a_server_error_with_the_cause(tmp_path):
+    layout = layout_of(SIM + """
+        arms:
+          - name: bad
+            launch: {flags: {profile: no-such-profile}}
+        """)
+    sup = Supervisor(layout, tmp_path)
+    with pytest.raises(ServerError, match=r"arm 'bad' \(http://127.0.0.1:\d+\) failed: .*no-such-profile"):
+        await sup.start(lambda e: None)
+    sup.stop()
+
+
+def test_cli_all_failed_exit_3(tmp_path):
+    (tmp_path / "x.yaml").write_text(SIM + "arms:\n  - name: bad\n    launch: {flags: {drafter: nosuch}}\n")
+    r = run_specmon("launch", "x.yaml", "--headless", "--out", str(tmp_path / "s"), cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert "bad" in r.stderr and "unknown drafter" in r.stderr and "Traceback" not in r.stderr
+
+
+async def test_port_in_use(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    layout = layout_of(SIM + f"""
+        arms:
+          - name: taken
+            launch: {{port: {port}, flags: {{profile: fp8-mtp}}}}
+          - name: free
+            launch: {{flags: {{profile: fp8-mtp, speed: 50}}}}
+        """)
+    sup = Supervisor(layout, tmp_path)
+    try:
+        await sup.start(lambda e: None)
+        assert sup.failed()["taken"].startswith(f"port in use: 127.0.0.1:{port}")
+        assert sup.launched["taken"].proc is None  # refused before starting anything
+        assert sup.launched["free"].ready
+    finally:
+        sup.stop()
+        holder.close()
+
+
+async def test_startup_timeout_kills_the_server(tmp_path):
+    layout = layout_of("""
+        arms:
+          - name: slow
+            launch:
+              command: [python, -c, "import time; print('Load weight begin. avail mem=1.00 GB', flush=True); time.sleep(600)"]
+              startup_timeout_s: 1.5
+        """)
+    events = []
+    sup = Supervisor(layout, tmp_path, grace_s=2)
+    try:
+        with pytest.raises(ServerError, match=r"not ready within 1.5 s .*last phase: loading weights"):
+            await sup.start(events.append)
+        pid = sup.launched["slow"].proc.pid
+        assert gone([pid]) == []
+    finally:
+        sup.stop()
+
+
+async def test_mid_ramp_crash_fails_that_arm_only(tmp_path):
+    """A server that dies while serving: its arm fails with the cause, the other keeps serving;
+    a restart (between levels) brings it back."""
+    import httpx
+
+    layout = layout_of(SIM + """
+        arms:
+          - name: crashy
+            launch: {flags: {profile: fp8-mtp, speed: 100, fault_crash_after: 2}}
+          - name: steady
+            launch: {flags: {profile: fp8-mtp, speed: 100}}
+        """)
+    events = []
+    sup = Supervisor(layout, tmp_path)
+    try:
+        await sup.start(events.append)
+        urls = {a.name: a.url for a in sup.arms}
+        body = {"input_ids": [1] * 64, "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
+        async with httpx.AsyncClient(timeout=30) as client:
+            for _ in range(3):
+                try:
+                    await client.post(urls["crashy"] + "/generate", json=body)
+                except httpx.HTTPError:
+                    pass
+            for _ in range(40):
+                if sup.failed():
+                    break
+                await asyncio.sleep(0.25)
+            assert "crashy" in sup.failed() and "Fault injection" in " ".join(sup.launched["crashy"].tail)
+            failed_events = [e for e in events if isinstance(e, ArmPhase) and e.phase == "failed"]
+            assert [e.arm for e in failed_events] == ["crashy"] and failed_events[0].detail
+            r = await client.post(urls["steady"] + "/generate", json=body)
+            assert r.status_code == 200
+            # the Sample for the dead arm says failed, with the cause
+            from specmon.model import Sample
+
+            s = sup.fill_from_log(Sample(ts=time.time(), arm="crashy", up=False, state="refused"))
+            assert s.state == "failed" and s.reason == sup.failed()["crashy"]
+            await sup.restart(events.append)
+            assert not sup.failed()
+            r = await client.post(urls["crashy"] + "/generate", json=body)
+            assert r.status_code == 200
+    finally:
+        sup.stop()
+
+
+async def test_log_source_fills_a_scrape(tmp_path):
+    """Without --enable-metrics the log lines give running/queue/usage/throughput/accept length."""
+    import httpx
+
+    from specmon.model import Sample
+
+    layout = layout_of(SIM + """
+        arms:
+          - name: a
+            launch: {flags: {profile: fp8-mtp, speed: 50, decode_log_interval: 5}}
+        """)
+    sup = Supervisor(layout, tmp_path)
+    try:
+        await sup.start(lambda e: None)
+        url = sup.arms[0].url
+        body = {"input_ids": [1] * 200, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+        async with httpx.AsyncClient(timeout=60) as client:
+            await asyncio.gather(*(client.post(url + "/generate", json=body) for _ in range(4)))
+        s = sup.fill_from_log(Sample(ts=time.time(), arm="a", up=True))
+        assert s.source == "log"
+        assert s.kv_capacity_tokens == 175000 and s.gen_tok_s is not None and s.gen_tok_s > 0
+        assert s.accept_length is not None and 1.5 < s.accept_length < 4 and s.spec_enabled is True
+        assert s.running_reqs is not None and s.queued_reqs is not None
+    finally:
+        sup.stop()
+
+
+# ---- shutdown: no orphans ------------------------------------------------------------------
+
+GRANDCHILD = """
+        arms:
+          - name: a
+            launch:
+              # a grandchild in the server's group, like SGLang's scheduler/detokenizer processes
+              command: [bash, -c, 'sleep 300 & exec {py} -m specmon.servers.sim "$@"', sim]
+              flags: {{profile: fp8-mtp, speed: 50}}
+          - name: b
+            launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
+"""
+
+
+async def test_stop_kills_every_process_of_every_group(tmp_path):
+    layout = layout_of(SIM + GRANDCHILD.format(py=sys.executable))
+    sup = Supervisor(layout, tmp_path, grace_s=3)
+    await sup.start(lambda e: None)
+    pids = [p for a in sup.launched.values() for p in group_pids(a.proc.pid)]
+    assert len(pids) >= 3  # bash->sim, its sleep, and b
+    sup.stop()
+    sup.stop()  # idempotent
+    assert gone(pids) == []
+
+
+def test_sigterm_to_specmon_leaves_no_orphan(tmp_path):
+    """SIGTERM to `specmon launch` mid-ramp: every pid of every launched group is gone."""
+    (tmp_path / "x.yaml").write_text(SIM + textwrap.dedent(GRANDCHILD.format(py=sys.executable)) + textwrap.dedent("""
+        ramp: {levels: [2], input_len: 300, output_len: 64, level_duration_s: 100000, settle_s: 0}
+        """))
+    out_file = open(tmp_path / "out.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "launch", "x.yaml", "--headless", "--out", "s"],
+                            cwd=tmp_path, stdout=out_file, stderr=subprocess.STDOUT, text=True)
+    try:
+        pids: list[int] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            logs = list((tmp_path / "s" / "logs").glob("*.log")) if (tmp_path / "s" / "logs").exists() else []
+            if len(logs) == 2 and all(lp.READY_TEXT in p.read_text() for p in logs):
+                pids = [k.pid for k in kids]
+                pgids = {os.getpgid(k.pid) for k in kids}
+                pids = sorted({p for g in pgids for p in group_pids(g)} | set(pids))
+                break
+            time.sleep(0.3)
+        assert len(pids) >= 3, "servers never became ready: " + (tmp_path / "out.txt").read_text()[-2000:]
+        time.sleep(1.0)  # the ramp is running now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        out = (tmp_path / "out.txt").read_text()
+        assert gone(pids) == [], out[-2000:]
+        assert "terminated" in out and "level 1/1" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_exception_without_stop_is_cleaned_at_exit(tmp_path):
+    """A program that starts servers then dies of an exception: the atexit hook stops them."""
+    (tmp_path / "x.yaml").write_text(SIM + "arms:\n  - name: a\n    launch: {flags: {profile: fp8-mtp, speed: 50}}\n")
+    script = "\n".join([
+        "import asyncio",
+        "from pathlib import Path",
+        "from specmon.servers.layout import load_layout",
+        "from specmon.servers.launch import Supervisor",
+        f"sup = Supervisor(load_layout({str(tmp_path / 'x.yaml')!r})[0], Path({str(tmp_path)!r}))",
+        "asyncio.run(sup.start(lambda e: None))",
+        "print(sup.launched['a'].proc.pid, flush=True)",
+        "raise RuntimeError('boom')",
+    ])
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "RuntimeError: boom" in r.stderr
+    pid = int(r.stdout.split()[0])
+    assert gone([pid]) == []
