@@ -330,3 +330,41 @@ def test_exception_without_stop_is_cleaned_at_exit(tmp_path):
     assert "RuntimeError: boom" in r.stderr
     pid = int(r.stdout.split()[0])
     assert gone([pid]) == []
+
+
+def test_sigterm_during_startup_stops_at_once(tmp_path):
+    """A server still loading (minutes on a GPU) must not hold up Ctrl-C/SIGTERM."""
+    (tmp_path / "x.yaml").write_text(textwrap.dedent("""
+        arms:
+          - name: slow
+            launch:
+              command: [python, -c, "import time; print('Load weight begin. avail mem=1.00 GB', flush=True); time.sleep(600)"]
+        """))
+    out_file = open(tmp_path / "out.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "launch", "x.yaml", "--headless", "--out", "s"],
+                            cwd=tmp_path, stdout=out_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "loading weights" not in (tmp_path / "out.txt").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        kids = [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        assert kids
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert time.monotonic() - t0 < 15
+        assert gone(kids) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_demo_command_short(tmp_path):
+    """`specmon demo` from the packaged layout with CLI overrides: both arms, every level recorded."""
+    r = run_specmon("demo", "--headless", "--levels", "4,8", "--level-duration", "40", "--speed", "40",
+                    "--out", str(tmp_path / "d"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    levels = read_csv(tmp_path / "d" / "levels.csv")
+    assert sorted((row["arm"], row["offered_concurrency"]) for row in levels) == [
+        ("fp8-mtp", "4"), ("fp8-mtp", "8"), ("nvfp4-mtp", "4"), ("nvfp4-mtp", "8")]
+    assert "--speed 40" in (tmp_path / "d" / "logs" / "fp8-mtp.log").read_text().splitlines()[0]
