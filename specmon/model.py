@@ -185,6 +185,15 @@ SAMPLE_COLUMNS = [
 ]
 
 
+# gpus.csv: one row per GPU per tick (every GPU of the host, whichever arm uses it), so a
+# multi-GPU host (TP=8) keeps a per-GPU history that replays through the GPU pane.
+GPU_COLUMNS = [
+    "ts", "gpu", "name", "uuid", "mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c",
+    "processes",  # "pid:bytes;pid:bytes" ("pid:" when the driver hides a process's memory); empty = refused
+    "available", "reason",
+]
+
+
 # --------------------------------------------------------------------------------------------
 # Load: one request, one level
 

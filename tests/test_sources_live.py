@@ -204,6 +204,13 @@ async def test_nvml_replay_attaches_gpu_to_arm(tmp_path):
     s = t.samples[0]
     assert s.gpu_mem_used_bytes == 120 * 2**30 and s.gpu_power_w == 612.5
     assert rows(tmp_path)[-1]["gpu_mem_total_bytes"] == str(141 * 2**30)
+    # gpus.csv keeps every GPU of every tick; refused values stay empty, not 0.
+    with open(tmp_path / "gpus.csv", newline="") as f:
+        gpu_rows = list(csv.DictReader(f))
+    assert len(gpu_rows) >= 2 and len(gpu_rows) % 2 == 0
+    g0, g1 = gpu_rows[-2], gpu_rows[-1]
+    assert (g0["gpu"], g0["mem_used_bytes"], g0["processes"]) == ("0", str(120 * 2**30), "1:")
+    assert (g1["gpu"], g1["mem_used_bytes"], g1["util_pct"], g1["processes"]) == ("1", "", "", "")
 
 
 async def test_live_session_without_ramp_or_supervisor_marks(tmp_path):

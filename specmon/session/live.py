@@ -254,6 +254,8 @@ class LiveSession:
             self._samples[spec.name].append(s)
             if self.recorder:
                 self.recorder.write_sample(s)
+        if self.recorder and gpus is not None:
+            self.recorder.write_gpus(gpus)
         tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts)
         self.last_tick = tick
         emit(tick)

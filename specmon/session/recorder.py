@@ -20,7 +20,8 @@ from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from specmon import __version__
-from specmon.model import LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, LevelResult, RequestRecord, Sample
+from specmon.model import (GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, GpuSnapshot, LevelResult,
+                           RequestRecord, Sample)
 
 
 def default_out_dir(base: str | Path = "specmon-sessions") -> Path:
@@ -82,6 +83,7 @@ class Recorder:
         self._samples = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
         self._requests = _CsvFile(self.out_dir / "requests.csv", REQUEST_COLUMNS)
         self._levels = _CsvFile(self.out_dir / "levels.csv", LEVEL_COLUMNS)
+        self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
         now = time.time()
         self._session: dict[str, Any] = {
             "start_time": _iso(now),
@@ -113,6 +115,21 @@ class Recorder:
         self._samples.write({"ts": ts, "marker": label})
         self._session["markers"].append({"ts": ts, "label": label})
         self._write_session()
+
+    def write_gpus(self, snap: GpuSnapshot) -> None:
+        """Every GPU of this tick; a host without NVML gets one row saying why."""
+        if self.closed:
+            return
+        if not snap.available:
+            self._gpus.write({"ts": snap.ts, "available": False, "reason": snap.reason})
+            return
+        for g in snap.gpus:
+            row = vars(g).copy()
+            row["gpu"] = g.index
+            row["processes"] = None if g.processes is None else ";".join(
+                f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes)
+            row.update(ts=snap.ts, available=True)
+            self._gpus.write(row)
 
     def write_request(self, r: RequestRecord) -> None:
         if not self.closed:
@@ -155,6 +172,6 @@ class Recorder:
         self._session["end_ts"] = now
         self._session["exit_reason"] = exit_reason
         self._write_session()
-        for f in (self._samples, self._requests, self._levels):
+        for f in (self._samples, self._requests, self._levels, self._gpus):
             f.close()
         self.closed = True
