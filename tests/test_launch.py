@@ -368,3 +368,41 @@ def test_demo_command_short(tmp_path):
     assert sorted((row["arm"], row["offered_concurrency"]) for row in levels) == [
         ("fp8-mtp", "4"), ("fp8-mtp", "8"), ("nvfp4-mtp", "4"), ("nvfp4-mtp", "8")]
     assert "--speed 40" in (tmp_path / "d" / "logs" / "fp8-mtp.log").read_text().splitlines()[0]
+
+
+REAL_VENV = Path("/work/sglvenv")
+SERVE = Path("/work/shared/real-sglang/serve.sh")
+
+
+@pytest.mark.real_sglang
+@pytest.mark.skipif(not (REAL_VENV.exists() and SERVE.exists()), reason="real SGLang venv not built")
+async def test_real_sglang_phases_log_source_and_group_kill(tmp_path):
+    """The real SGLang server (CPU engine): phases from its own lines, the KV pool from the log, and
+    stop() takes down its scheduler and detokenizer processes too."""
+    layout = layout_of(f"""
+        arms:
+          - name: real
+            launch:
+              # serve.sh wants the port as its 2nd argument; specmon appends --host/--port last.
+              command: [bash, -c, 'exec bash {SERVE} {REAL_VENV} "${{@: -1}}" "$@"', serve]
+              flags: {{decode_log_interval: 5}}
+              startup_timeout_s: 400
+        """)
+    events = []
+    sup = Supervisor(layout, tmp_path, grace_s=15)
+    try:
+        await sup.start(events.append)
+        a = sup.launched["real"]
+        assert a.ready, sup.failed()
+        phases = [e.phase for e in events if isinstance(e, ArmPhase)]
+        for phase in (lp.PHASE_LOADING, lp.PHASE_KV_POOL, lp.PHASE_HTTP_UP, lp.PHASE_READY):
+            assert phase in phases
+        from specmon.model import Sample
+
+        s = sup.fill_from_log(Sample(ts=time.time(), arm="real", up=True))
+        assert s.kv_capacity_tokens == 8192
+        pids = group_pids(a.proc.pid)
+        assert len(pids) >= 3  # launcher, scheduler, detokenizer
+    finally:
+        sup.stop()
+    assert gone(pids) == []

@@ -381,7 +381,8 @@ def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> 
         flags = arm.launch.flags
         command = layout.server_command(arm, env)
         sim = is_sim_command(command)
-        sglang = any("sglang" in part for part in command)
+        # SGLang's own entry points need --model-path; wrappers and the simulator may not.
+        sglang = any(part == "sglang.launch_server" or part.rsplit("/", 1)[-1] == "sglang" for part in command)
         if sglang and not flags.get("model_path") and not flags.get("model"):
             errors.append(f"{where}.flags.model_path: expected the model to serve (a local dir or HF id)")
         _choice(errors, f"{where}.flags.kv_cache_dtype", flags.get("kv_cache_dtype"), KV_CACHE_DTYPES)
