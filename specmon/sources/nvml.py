@@ -90,7 +90,12 @@ class NvmlReader:
         return GpuSnapshot(ts=ts, available=True, driver_version=self.driver_version, gpus=gpus)
 
     def _read_one(self, nv: Any, index: int, h: Any) -> GpuReading:
-        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        # Memory info v2 reports "used" without the driver's reserved memory, as nvidia-smi does.
+        # v1 counts the reserve as used: on an H200 (driver 580) an idle card read 615 MiB under
+        # v1 against nvidia-smi's 0 MiB. Older drivers lack v2; fall back to v1 there.
+        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2))
+        if mem is None:
+            mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
         util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
         power_mw = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
         temp = _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
