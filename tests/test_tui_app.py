@@ -178,12 +178,14 @@ async def test_live_one_arm_with_ramp(tmp_path):
             await wait_for(pilot, lambda: "LevelFinished" in event_kinds(seen), timeout=60, what="a level")
             panel = app.query_one(ArmPanel)
             assert "EAGLE" in text(panel.query_one("ArmHeader"))
-            assert "tok" in text(panel.query_one(KvPane))
+            # a scrape may time out on a busy machine: some tick shows the pool
+            await wait_for(pilot, lambda: "/175K tok" in text(panel.query_one(KvPane)), what="KV pane")
             await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, timeout=90, what="ramp end")
             await pilot.press("q")
         kinds = event_kinds(seen)
         assert kinds.index("LevelStarted") < kinds.index("LevelFinished") < kinds.index("RampFinished")
-        assert kinds[-1] == "LiveStopped"
+        assert kinds.index("RampFinished") < kinds.index("SessionEnded") < kinds.index("LiveStopped")
+        assert "MarkerAdded" in kinds
         rows = list(csv.DictReader(open(tmp_path / "s" / "samples.csv")))
         assert any(r["marker"] == "mark 1" and not r["arm"] for r in rows)
         assert json.loads((tmp_path / "s" / "session.json").read_text())["exit_reason"]

@@ -73,4 +73,4 @@ class ArmHeader(StyledWidget):
                 l2.append(f"{pk.concurrency:.0f}", style=self.st("value"))
             l1.truncate(width, overflow="ellipsis")
             l2.truncate(width, overflow="ellipsis")
-        return Text("\n").join([l1, l2])
+        return Text("\n", no_wrap=True, overflow="ellipsis").join([l1, l2])

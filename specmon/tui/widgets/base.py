@@ -84,7 +84,7 @@ class ArmPane(StyledWidget):
                 note = self.note()
                 if note is not None:
                     lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
-                return Text("\n").join(lines)
+                return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
             value.truncate(width - LABEL_W)
             lines = [Text.assemble(label, value, no_wrap=True)]
             note = self.note()
@@ -92,7 +92,7 @@ class ArmPane(StyledWidget):
                 lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
             for row in self.chart(width - LABEL_W, self.chart_height):
                 lines.append(Text.assemble(" " * LABEL_W, row, no_wrap=True))
-        return Text("\n").join(lines)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
     def join(self, *parts: Optional[Text | str | tuple]) -> Text:
         """Parts separated by a dim middle dot, skipping None."""

@@ -36,7 +36,7 @@ class KneeBanner(StyledWidget):
                 if k.detail:
                     t.append("  " + k.detail, style=self.st("dim"))
                 lines.append(t)
-        return Text("\n").join(lines)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
     def update_visibility(self) -> None:
         with self.session.lock:

@@ -61,4 +61,4 @@ class LevelPlot(StyledWidget):
                     line.append(ch, style=style)
             lines.append(line)
         lines.append(Text(plot.x_axis, style=axis_style, no_wrap=True))
-        return Text("\n").join(lines)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)

@@ -126,7 +126,7 @@ class LevelTable(StyledWidget):
             elif not r.valid:
                 line.append(" invalid", style=self.st("bad"))
             lines.append(line)
-        return Text("\n").join(lines)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
 
 class RampPane(Vertical):

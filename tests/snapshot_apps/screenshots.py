@@ -1,0 +1,48 @@
+"""Write screenshots/*.svg: the real app replaying the recorded sim sessions in tests/data/,
+stopped in the middle of the last ramp level (the busiest moment), 160x48.
+
+    .venv/bin/python tests/snapshot_apps/screenshots.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from specmon.model import LevelStarted, SamplesTick
+from specmon.session.replay import ReplaySource
+from specmon.tui.app import SpecmonApp
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SHOTS = [("session_sim_1arm", "specmon-1arm.svg"), ("session_sim_3arm", "specmon-3arm.svg")]
+
+
+def mid_last_level(src: ReplaySource) -> None:
+    """Cut the event list half-way through the last level's ticks."""
+    last_start = max(i for i, e in enumerate(src.events) if isinstance(e, LevelStarted))
+    ticks = [i for i, e in enumerate(src.events) if isinstance(e, SamplesTick) and i > last_start]
+    cut = ticks[len(ticks) // 2] if ticks else len(src.events) - 1
+    src.events = src.events[:cut + 2]  # the tick and its LevelProgress
+
+
+async def shoot(name: str, svg: str, size=(160, 48)) -> Path:
+    src = ReplaySource(REPO / "tests" / "data" / name, speed=1e9)
+    mid_last_level(src)
+    src.out_dir = Path("tests/data") / name
+    app = SpecmonApp(src, title=f"replay {name}")
+    async with app.run_test(size=size) as pilot:
+        for _ in range(200):
+            if app.query_one("StatusBar").stopped is not None:
+                break
+            await pilot.pause(0.02)
+        app.query_one("StatusBar").stopped = None  # a still of a running session
+        app.query_one("StatusBar").refresh()
+        await pilot.pause(0.2)
+        out = REPO / "screenshots"
+        out.mkdir(exist_ok=True)
+        return Path(app.save_screenshot(filename=svg, path=str(out)))
+
+
+if __name__ == "__main__":
+    for name, svg in SHOTS:
+        print(asyncio.run(shoot(name, svg)))
