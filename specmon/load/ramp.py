@@ -68,6 +68,10 @@ class RampDriver:
         self._next_prompt: dict[str, int] = {a.name: 0 for a in self.arms}
         self._called: set[tuple[str, str]] = set()
         self._load: Optional[LoadLoop] = None
+        # The raw outcomes of the last finished level (per arm), for benchmarks and checks;
+        # earlier levels are dropped (token stamps of a long ramp would not fit in memory).
+        self.last_outcomes: dict[str, list[RequestOutcome]] = {}
+        self.last_window: Optional[Window] = None
 
     # ---- controls (any thread) --------------------------------------------------------------
     def pause(self) -> None:
@@ -192,6 +196,8 @@ class RampDriver:
             self._call_knees(arm.name, r, emit, live)
             if live.recorder is not None:
                 live.recorder.write_level(r)
+        self.last_outcomes = st.outcomes
+        self.last_window = Window(st.window_t0, st.t_stop or t_end)
         tokens = sum(o.completion_tokens or 0 for outs in st.outcomes.values() for o in outs)
         cpu = self._load.cpu_s - cpu0
         stats = {"level": i, "offered_concurrency": c, "tokens": tokens, "client_cpu_s": round(cpu, 3),

@@ -48,7 +48,7 @@ class Prompt:
 def random_ids(seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) -> list[int]:
     """n token ids for prompt `index` of `seed`, reproducible across runs and Python versions."""
     rng = random.Random(seed * 1_000_003 + index)
-    return [rng.randrange(1, id_limit) for _ in range(n)]
+    return rng.choices(range(1, id_limit), k=n)  # 4x cheaper than n randrange calls
 
 
 def load_tokenizer(path: str):
