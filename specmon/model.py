@@ -189,7 +189,7 @@ SAMPLE_COLUMNS = [
 # multi-GPU host (TP=8) keeps a per-GPU history that replays through the GPU pane.
 GPU_COLUMNS = [
     "ts", "gpu", "name", "uuid", "mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c",
-    "processes",  # "pid:bytes;pid:bytes" ("pid:" when the driver hides a process's memory); empty = refused
+    "processes",  # "pid:bytes;pid:bytes" ("pid:" when the driver hides a process's memory); "-" none; empty = refused
     "available", "reason",
 ]
 

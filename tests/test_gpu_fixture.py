@@ -97,3 +97,32 @@ def test_attach_gpus_csv_tracks_nvidia_smi_per_gpu():
         pid, used = r["processes"].split(":")
         # The holder's 20 GiB plus its CUDA context (about 610 MiB on these H200s).
         assert 20 * 1024 <= int(used) / MIB <= 21 * 1024
+
+
+async def test_two_h200_readings_replay_through_the_gpu_pane(tmp_path):
+    """Record with the real readings, replay the folder through the app: the GPU strip shows
+    both H200s with what nvidia-smi said (GiB, one decimal)."""
+    from specmon.session.replay import ReplaySource
+    from specmon.tui.app import SpecmonApp
+    from specmon.tui.widgets.gpu_strip import GpuStrip
+
+    readings = load_fixture(DATA / "h200-2gpu.json")
+    with start_sim("--enable-metrics", speed=20) as sim:
+        live = LiveSession([ArmSpec("a", sim.url)], interval=0.2, out_dir=tmp_path, nvml=NvmlReplay(readings[2:]))
+        stop = asyncio.Event()
+        task = asyncio.create_task(live.run(lambda e: None, stop))
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.wait_for(task, 20)
+    app = SpecmonApp(ReplaySource(tmp_path, speed=50.0), title="replay")
+    async with app.run_test(size=(160, 48)) as pilot:
+        strip = app.query_one(GpuStrip)
+        for _ in range(200):
+            if "GPU1" in str(strip.render()):
+                break
+            await pilot.pause(0.05)
+        shown = str(strip.render())
+    smi = smi_rows(json.loads((DATA / "h200-2gpu.json").read_text())["phases"][2]["nvidia_smi_before"])
+    for i in (0, 1):
+        assert f"GPU{i}" in shown
+        assert f"{smi[i]['used_mib'] / 1024:.1f}/{smi[i]['total_mib'] / 1024:.0f}G" in shown

@@ -255,7 +255,7 @@ class LiveSession:
             if self.recorder:
                 self.recorder.write_sample(s)
         if self.recorder and gpus is not None:
-            self.recorder.write_gpus(gpus)
+            self.recorder.write_gpus(gpus, ts=ts)
         tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts)
         self.last_tick = tick
         emit(tick)

@@ -116,19 +116,22 @@ class Recorder:
         self._session["markers"].append({"ts": ts, "label": label})
         self._write_session()
 
-    def write_gpus(self, snap: GpuSnapshot) -> None:
-        """Every GPU of this tick; a host without NVML gets one row saying why."""
+    def write_gpus(self, snap: GpuSnapshot, ts: Optional[float] = None) -> None:
+        """Every GPU of this tick (stamped with the tick's ts, so replay pairs them with its
+        samples); a host without NVML gets one row saying why."""
         if self.closed:
             return
+        ts = snap.ts if ts is None else ts
         if not snap.available:
-            self._gpus.write({"ts": snap.ts, "available": False, "reason": snap.reason})
+            self._gpus.write({"ts": ts, "available": False, "reason": snap.reason})
             return
         for g in snap.gpus:
             row = vars(g).copy()
             row["gpu"] = g.index
+            # Empty cell: the driver refused the list; "-": it listed no process.
             row["processes"] = None if g.processes is None else ";".join(
-                f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes)
-            row.update(ts=snap.ts, available=True)
+                f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes) or "-"
+            row.update(ts=ts, available=True)
             self._gpus.write(row)
 
     def write_request(self, r: RequestRecord) -> None:

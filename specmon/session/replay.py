@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from specmon.errors import UsageError
 from specmon.model import (
-    ArmInfo, ArmInfoUpdated, ArmSpec, Event, KneeCalled, LevelFinished, LevelProgress, LevelResult,
+    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, LevelFinished, LevelProgress, LevelResult,
     LevelStarted, Marker, RampFinished, Sample, SamplesTick, SessionEnded,
 )
 
@@ -88,6 +88,7 @@ class RecordedSession:
     markers: list[Marker]
     levels: list[LevelResult]
     request_ends: dict[tuple[str, int], list[float]]  # (arm, level) -> sorted completion times
+    gpus: dict[float, GpuSnapshot] = dataclasses.field(default_factory=dict)  # tick ts -> every GPU then
 
 
 def load_session(path: Path) -> RecordedSession:
@@ -146,7 +147,44 @@ def load_session(path: Path) -> RecordedSession:
             arms.append(ArmSpec(name=s.arm, url=""))
     if not samples and not levels:
         raise UsageError(f"{path / 'samples.csv'}: no sample rows; nothing to replay")
-    return RecordedSession(path, meta, arms, samples, markers, levels, dict(ends))
+    return RecordedSession(path, meta, arms, samples, markers, levels, dict(ends), _load_gpus(path / "gpus.csv"))
+
+
+def _opt(row: dict[str, str], col: str, conv: Callable[[float], Any], where: str) -> Any:
+    cell = (row.get(col) or "").strip()
+    if not cell:
+        return None  # refused by the driver, or unknown
+    try:
+        return conv(float(cell))
+    except ValueError:
+        raise UsageError(f"{where}: column {col!r}: expected a number, got {cell!r}")
+
+
+def _load_gpus(path: Path) -> dict[float, GpuSnapshot]:
+    """gpus.csv (absent in sessions recorded before it existed) back into one snapshot per tick."""
+    if not path.exists():
+        return {}
+    snaps: dict[float, GpuSnapshot] = {}
+    for i, row in enumerate(_read_csv(path, ("ts", "gpu")), start=2):
+        try:
+            ts = float(row["ts"])
+        except ValueError:
+            raise UsageError(f"{path}:{i}: ts: expected a number, got {row['ts']!r}")
+        if row.get("available") == "0":
+            snaps[ts] = GpuSnapshot(ts=ts, available=False, reason=row.get("reason") or None)
+            continue
+        where = f"{path}:{i}"
+        g = GpuReading(index=int(_opt(row, "gpu", int, where)), name=row.get("name") or None,
+                       uuid=row.get("uuid") or None, mem_used_bytes=_opt(row, "mem_used_bytes", int, where),
+                       mem_total_bytes=_opt(row, "mem_total_bytes", int, where),
+                       util_pct=_opt(row, "util_pct", float, where), power_w=_opt(row, "power_w", float, where),
+                       temp_c=_opt(row, "temp_c", float, where))
+        procs = row.get("processes") or ""
+        g.processes = None if not procs else [] if procs == "-" else [
+            GpuProcess(pid=int(pid), name=None, used_bytes=int(used) if used else None)
+            for pid, _, used in (x.partition(":") for x in procs.split(";"))]
+        snaps.setdefault(ts, GpuSnapshot(ts=ts, available=True)).gpus.append(g)
+    return snaps
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +249,7 @@ def build_events(rec: RecordedSession) -> list[Event]:
                                            levels_total=levels_total or level + 1, ts=ts - EPS))
                 level_t0 = ts
             current = level
-        events.append(SamplesTick(samples=tick, ts=ts))
+        events.append(SamplesTick(samples=tick, gpus=rec.gpus.get(ts), ts=ts))
         if current is not None:
             done = {a.name: _count_le(rec.request_ends.get((a.name, current), []), ts) for a in rec.arms}
             elapsed = (ts - level_t0) * scale
