@@ -17,8 +17,9 @@ Definitions (every "unknown" is None, never 0):
 - per_user_tok_s = output_tok_s / achieved_concurrency.
 - littles_law_ratio rho = lambda x E / C with lambda = completions per second inside W and E their
   mean e2e. In a closed loop at C streams rho ~ 1.
-- valid = False when the client, not the server, limited the level: the server saw fewer than
-  90 % of C (running + queued) while the client believed it had C in flight, or |rho - 1| > 0.1
+- valid = False when the client, not the server, limited the level: the server's running +
+  queued stayed below 90 % of C - eps while the client believed it had C in flight (eps = the
+  requests in prefill, in neither gauge: C x (TTFT - queue time) / e2e, Little's law), or |rho - 1| > 0.1
   on a level long enough to judge (>= 3 mean e2e), or no request succeeded.
 - accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
   meta_info); the server gauge is a last-interval value, so it is only a fallback.
@@ -146,14 +147,20 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     reasons = []
     if r.ok == 0:
         reasons.append("no request succeeded")
-    # Median, not mean: SGLang's gauges only move when the scheduler reports (after a prefill
-    # batch, every decode_log_interval steps), so a long prefill leaves a stale low reading.
+    # Requests in prefill (and on the wire) are in neither gauge: SGLang counts the decode batch
+    # as running and the waiting list as queued. By Little's law that stage holds
+    # eps = C x (TTFT - queue time) / e2e requests, so the server should see about C - eps.
     both = [s.running_reqs + s.queued_reqs for s in up if s.running_reqs is not None and s.queued_reqs is not None]
-    server_seen = percentile(both, 50)
-    if server_seen is not None and server_seen < 0.9 * offered and (client_inflight is None or client_inflight >= 0.9 * offered):
-        reasons.append(f"server reported {server_seen:.1f} of {offered} offered (running+queued, median of {len(both)} samples) "
-                       f"while the client held "
-                       f"{client_inflight:.1f}: the client is the bottleneck")
+    server_seen = mean(both)
+    eps = 0.0
+    if r.ttft_mean_s is not None and r.e2e_mean_s:
+        eps = offered * max(r.ttft_mean_s - (r.queue_time_mean_s or 0.0), 0.0) / r.e2e_mean_s
+    expected = offered - eps
+    if (server_seen is not None and server_seen < 0.9 * expected
+            and (client_inflight is None or client_inflight >= 0.9 * offered)):
+        reasons.append(f"server reported {server_seen:.1f} running+queued (mean of {len(both)} samples) where "
+                       f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill) while the client "
+                       f"held {client_inflight:.1f}: the client is the bottleneck")
     elif client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
         reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight")
     long_enough = e_wall is not None and W >= 3 * e_wall
