@@ -19,7 +19,9 @@ class SimClock:
         self._wall0 = time.monotonic()
         self._sim0 = 0.0
         self._limit: Optional[float] = None
-        self.max_lead = max_lead_wall_s * self.speed
+        self._last = 0.0
+        # How far simulated time may run ahead of a busy scheduler: about one decode step.
+        self.max_lead = min(max_lead_wall_s * self.speed, 0.05)
 
     def now(self) -> float:
         v = self._sim0 + (time.monotonic() - self._wall0) * self.speed
@@ -27,12 +29,15 @@ class SimClock:
             # Hold time back: re-anchor so the clock continues smoothly from the limit.
             self._sim0, self._wall0 = self._limit, time.monotonic()
             v = self._limit
+        if v < self._last:          # never backwards
+            v = self._last
+        self._last = v
         return v
 
     def hold_near(self, sched_t: Optional[float]) -> None:
         """The scheduler is busy up to sched_t: do not run more than max_lead ahead of it.
         None = the scheduler is idle, time flows freely."""
-        self._limit = None if sched_t is None else sched_t + self.max_lead
+        self._limit = None if sched_t is None else max(sched_t + self.max_lead, self._last)
 
     def wall_delay(self, sim_t: float) -> float:
         """Wall seconds until the clock reaches sim_t (<= 0 when already there)."""

@@ -70,6 +70,7 @@ class SimRequest:
     accepted_drafts: int = 0
     accept_hist: list = field(default_factory=list)
     retractions: int = 0
+    accept_level: int = -1
     finished: bool = False
     aborted: bool = False
     # delivery
@@ -183,6 +184,8 @@ class Scheduler:
 
     def submit(self, r: SimRequest) -> None:
         r.t_queued = self.clock.now()
+        if r.accept_level < 0 and self.spec:
+            r.accept_level = self.ph.accept_level_for(r.rid)
         self._match_prefix(r)
         self.waiting.append(r)
         self._wake.set()
@@ -273,6 +276,10 @@ class Scheduler:
             if not self._run_prefill():
                 if self.running:
                     self._run_decode()
+                elif self.waiting and self.waiting[0].t_queued > self.t:
+                    # Nothing to do until the next arrival (it was stamped ahead of the scheduler).
+                    self.t = self.waiting[0].t_queued
+                    continue
                 else:
                     # Waiting requests that cannot be admitted and nothing running: cannot happen
                     # unless one request is bigger than the pool; fail it.
@@ -320,7 +327,7 @@ class Scheduler:
         return self.max_total_tokens - self.num_used_tokens - reserved
 
     def _run_prefill(self) -> bool:
-        if self.chunked is None and not self.waiting:
+        if self.chunked is None and (not self.waiting or self.waiting[0].t_queued > self.t):
             return False
         running_before = len(self.running)
         budget_chunk = self.chunked_prefill_size
@@ -336,6 +343,8 @@ class Scheduler:
         slots = self.max_running_requests - len(self.running) - (1 if self.chunked is not None else 0)
         while self.waiting and budget_chunk > 0 and slots > 0:
             r = self.waiting[0]
+            if r.t_queued > self.t:
+                break  # arrives after this batch starts
             need_in = r.prompt_len - r.cached_tokens
             need_total = r.prompt_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
             if need_total > rem_total:
@@ -438,7 +447,7 @@ class Scheduler:
         still = []
         for r in batch:
             if self.spec:
-                k = self.ph.sample_emitted()
+                k = self.ph.sample_emitted(r.accept_level)
                 r.verify_ct += 1
                 acc = k - 1
                 while len(r.accept_hist) <= acc:

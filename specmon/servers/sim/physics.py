@@ -9,7 +9,6 @@ speculation stops paying.
 from __future__ import annotations
 
 import bisect
-import math
 import random
 
 from specmon.servers.sim.profiles import GB, Profile
@@ -17,6 +16,8 @@ from specmon.servers.sim.profiles import GB, Profile
 KV_DTYPE_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}
 # Attention FLOPs per (query token, context token) pair, per layer: QK^T and PV, 2 FLOPs per MAC.
 ATTN_Q_DIM = 32 * 256
+ACCEPT_SPREAD_LEVELS = 9
+ACCEPT_SPREAD = 0.35
 
 
 class Physics:
@@ -28,7 +29,9 @@ class Physics:
         self.draft_weight_bytes = d.weight_bytes
         self.bw = gpu.bandwidth_bps * gpu.mem_efficiency
         self.gemm_flops = gpu.flops[model.compute_format[p.weight_format]] * gpu.flop_efficiency
-        self.attn_flops = gpu.flops["bf16"] * gpu.flop_efficiency
+        # FP8 KV cache -> FP8 attention kernels (FlashInfer); BF16 KV -> BF16.
+        kv_fmt = "fp8" if KV_DTYPE_BYTES.get(p.kv_cache_dtype, 1.0) <= 1.0 else "bf16"
+        self.attn_flops = gpu.flops[kv_fmt] * gpu.flop_efficiency
         self.bf16_flops = gpu.flops["bf16"] * gpu.flop_efficiency
         per_token = self.kv_bytes_per_token + d.kv_bytes_per_token
         budget = gpu.memory_bytes * p.mem_fraction_static - self.weight_bytes - self.draft_weight_bytes - gpu.reserved_bytes
@@ -46,6 +49,25 @@ class Physics:
         self.num_draft_tokens = d.num_draft_tokens if d.algorithm else 1
         self.rng = random.Random(seed)
         self.accept_mean = d.accept_length.get(p.weight_format, 0.0) if d.algorithm else 1.0
+        # Acceptance differs from prompt to prompt (code vs prose, repetition): each request gets one
+        # of these per-request means, spread +-35% around the profile's mean. It also de-synchronises
+        # requests that were admitted together, as on a real server.
+        self.accept_levels = []
+        if self.num_draft_tokens > 1:
+            cap = self.num_draft_tokens * 0.97
+            fs = [1 - ACCEPT_SPREAD + 2 * ACCEPT_SPREAD * i / (ACCEPT_SPREAD_LEVELS - 1)
+                  for i in range(ACCEPT_SPREAD_LEVELS)]
+            # Tokens/passes over many fixed-length requests is the harmonic mean of the per-request
+            # means: scale so that it, not the plain mean, matches the profile.
+            scale = 1.0
+            for _ in range(20):
+                ms = [min(cap, max(1.05, self.accept_mean * f * scale)) for f in fs]
+                hm = len(ms) / sum(1 / m for m in ms)
+                scale *= self.accept_mean / hm
+            for m in ms:
+                self.accept_levels.append(self._build_accept_cdf(m, self.num_draft_tokens))
+        else:
+            self.accept_levels.append([1.0])
         self._accept_cdf = self._build_accept_cdf(self.accept_mean, self.num_draft_tokens)
 
     # -- speculation -------------------------------------------------------------------------------
@@ -75,9 +97,13 @@ class Physics:
         cdf[-1] = 1.0
         return cdf
 
-    def sample_emitted(self) -> int:
+    def accept_level_for(self, key: str) -> int:
+        return hash(key) % len(self.accept_levels)
+
+    def sample_emitted(self, level: int = -1) -> int:
         """Tokens one request emits in one verify pass (accepted drafts + the bonus token)."""
-        return bisect.bisect_left(self._accept_cdf, self.rng.random()) + 1
+        cdf = self._accept_cdf if level < 0 else self.accept_levels[level]
+        return bisect.bisect_left(cdf, self.rng.random()) + 1
 
     # -- costs -------------------------------------------------------------------------------------
     def prefill_time(self, new_tokens: int, ctx_pairs: float, batch_size: int) -> float:
@@ -118,5 +144,3 @@ class Physics:
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b) if b else 0
 
-
-__all__ = ["Physics", "KV_DTYPE_BYTES", "ceil_div", "math"]

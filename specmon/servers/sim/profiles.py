@@ -19,7 +19,7 @@ class Gpu:
     bandwidth_bps: float          # HBM/GDDR bytes per second
     flops: dict                   # dense tensor FLOP/s by compute format ("bf16", "fp8", "fp4")
     mem_efficiency: float = 0.80  # fraction of peak bandwidth a decode kernel reaches
-    flop_efficiency: float = 0.55  # MFU of big GEMMs (prefill, wide verify batches)
+    flop_efficiency: float = 0.80  # MFU of big GEMMs (prefill, wide verify batches)
     step_overhead_s: float = 0.0025  # per forward pass: launch, sampling, scheduler
     reserved_bytes: float = 4.8 * GB  # activations, CUDA graphs, allocator slack
 
@@ -131,8 +131,8 @@ DSPARK = Drafter(
     name="dspark", algorithm="STANDALONE", num_steps=5, eagle_topk=1, num_draft_tokens=6,
     accept_length={"fp8": 3.08, "nvfp4": 3.12, "bf16": 3.08},
     weight_bytes=2.72 * GB,                   # 1.36B params in BF16
-    kv_bytes_per_token=2 * 28 * 8 * 128 * 2,  # its own BF16 KV: 28 layers, 8 heads x 128
-    draft_passes=5, draft_positions=1,
+    kv_bytes_per_token=2 * 4 * 4 * 128 * 2,   # its own BF16 KV: 4 full-attention layers, 4 heads x 128
+    draft_passes=4, draft_positions=1,        # the confidence head stops after ~4 proposals on average
     draft_pass_bytes=2.72 * GB,
     draft_pass_flops_per_token=2 * 1.36e9,
     draft_model_path="dspark/dense-27b-dspark-1.4b",

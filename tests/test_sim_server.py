@@ -1,0 +1,218 @@
+"""The simulator as a real process on 127.0.0.1: formats, metrics families, auth, faults, physics."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from simproc import REPO, free_port, start_sim
+
+SAMPLE = Path("/work/shared/reference/sglang-metrics-sample.prom")
+GEN = {"input_ids": list(range(1, 200)), "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+
+
+def families(text: str) -> dict:
+    """name -> (type, set of label keys over its samples, '_bucket' le values of the first series)."""
+    out: dict = {}
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([^{\s]+)(?:\{(.*)\})? ", line)
+        name, labels = m.group(1), m.group(2) or ""
+        base = next((f for f in types if name == f or (name.startswith(f) and name[len(f):] in
+                                                         ("_bucket", "_sum", "_count", "_total"))), name)
+        keys = frozenset(k for k in re.findall(r'(\w+)="', labels) if k not in ("le", "pid"))
+        t, ks = out.get(base, (types.get(base), set()))
+        ks.add(keys)
+        out[base] = (t, ks)
+    return out
+
+
+def load(url: str, n: int = 6, stream: bool = True) -> list:
+    bodies = []
+    with httpx.Client(base_url=url, timeout=30) as c:
+        for i in range(n):
+            body = dict(GEN, stream=stream)
+            bodies.append(c.post("/generate", json=body).text)
+    return bodies
+
+
+def test_metrics_families_match_sglang_sample():
+    with start_sim("--enable-metrics", "--decode-log-interval", "5", speed=100) as sim:
+        load(sim.url, 4)
+        httpx.get(sim.url + "/v1/models")
+        text = httpx.get(sim.url + "/metrics").text
+    ours, ref = families(text), families(SAMPLE.read_text())
+    assert set(ref) - set(ours) == set(), f"missing families: {sorted(set(ref) - set(ours))}"
+    assert set(ours) - set(ref) == set(), f"extra families: {sorted(set(ours) - set(ref))}"
+    for name, (t, keys) in ref.items():
+        assert ours[name][0] == t, f"{name}: type {ours[name][0]} != {t}"
+        assert ours[name][1] == keys, f"{name}: label keys {ours[name][1]} != {keys}"
+    assert "_created" not in text
+    assert re.search(r'sglang:num_retracted_reqs\{[^}]*pid="\d+"', text)
+
+
+def test_metrics_content_negotiation_and_404_without_flag():
+    with start_sim("--enable-metrics", speed=100) as sim:
+        om = httpx.get(sim.url + "/metrics", headers={
+            "Accept": "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,text/plain;version=0.0.4;q=0.4"})
+        assert "escaping=underscores" in om.headers["content-type"]
+        assert "\nsglang_num_running_reqs{" in om.text and om.text.rstrip().endswith("# EOF")
+        plain = httpx.get(sim.url + "/metrics")
+        assert plain.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert "\nsglang:num_running_reqs{" in plain.text
+    with start_sim(speed=100) as sim:
+        assert httpx.get(sim.url + "/metrics").status_code == 404
+
+
+def test_generate_stream_and_meta_info():
+    with start_sim("--enable-metrics", speed=100) as sim:
+        chunks = [l[6:] for l in load(sim.url, 1)[0].split("\n\n") if l.startswith("data: ")]
+        assert chunks[-1] == "[DONE]"
+        objs = [json.loads(c) for c in chunks[:-1]]
+        counts = [o["meta_info"]["completion_tokens"] for o in objs]
+        assert counts == sorted(counts) and counts[-1] == 40
+        assert any(b - a > 1 for a, b in zip(counts, counts[1:])), "speculation should add several tokens per chunk"
+        last = objs[-1]["meta_info"]
+        assert last["finish_reason"] == {"type": "length", "length": 40}
+        for k in ("prompt_tokens", "cached_tokens", "e2e_latency", "spec_verify_ct", "spec_accept_length",
+                  "request_received_ts", "decode_throughput"):
+            assert k in last, k
+        assert last["prompt_tokens"] == 199
+        assert len(objs[-1]["output_ids"]) == 40
+        assert objs[0]["meta_info"]["finish_reason"] is None and "e2e_latency" not in objs[0]["meta_info"]
+        info = httpx.get(sim.url + "/server_info").json()
+        assert info["sim_speed"] == 100.0 and info["speculative_algorithm"] == "EAGLE"
+        assert info["internal_states"][0]["memory_usage"]["token_capacity"] == info["max_total_num_tokens"] == 175000
+
+
+def test_openai_streams_with_usage():
+    with start_sim(speed=100) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12,
+                                                 "stream": True, "stream_options": {"include_usage": True}})
+        ev = [l[6:] for l in r.text.split("\n\n") if l.startswith("data: ")]
+        assert ev[-1] == "[DONE]"
+        objs = [json.loads(e) for e in ev[:-1]]
+        assert objs[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 12
+        assert objs[-2]["choices"][0]["finish_reason"] == "length"
+        r = c.post("/v1/completions", json={"prompt": "hello", "max_tokens": 5, "stream": True})
+        objs = [json.loads(l[6:]) for l in r.text.split("\n\n") if l.startswith("data: {")]
+        assert objs[-1]["choices"][0]["finish_reason"] == "length"
+        assert "".join(o["choices"][0]["text"] for o in objs)
+
+
+def test_api_key_and_bad_bodies():
+    with start_sim("--api-key", "k123", "--enable-metrics", speed=100) as sim, \
+            httpx.Client(base_url=sim.url, timeout=30) as c:
+        r = c.post("/generate", json=GEN)
+        assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+        assert c.get("/health").status_code == 200 and c.get("/metrics").status_code == 200
+        h = {"Authorization": "bearer k123"}
+        assert c.post("/generate", json=GEN, headers=h).status_code == 200
+        bad = c.post("/generate", content=b"not json", headers={**h, "content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["object"] == "error" and bad.json()["type"] == "Bad Request"
+        empty = c.post("/generate", json={}, headers=h)
+        assert empty.status_code == 400 and empty.json() == {
+            "error": {"message": "Either text, input_ids or input_embeds should be provided."}}
+        assert c.get("/nope", headers=h).json() == {"detail": "Not Found"}
+
+
+def test_flush_cache_busy_and_idle():
+    with start_sim(speed=5) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        import threading
+        t = threading.Thread(target=lambda: c.post("/generate", json={
+            "input_ids": [1] * 50, "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}))
+        t.start()
+        time.sleep(0.3)
+        assert c.post("/flush_cache").status_code == 400
+        t.join()
+        assert c.post("/flush_cache").status_code == 200
+
+
+def test_unknown_profile_and_port_in_use():
+    p = subprocess.run([sys.executable, "-m", "specmon", "sim", "--profile", "nope"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 2 and "fp8-mtp" in p.stderr and "nvfp4-mtp" in p.stderr
+    with start_sim(speed=100) as sim:
+        p = subprocess.run([sys.executable, "-m", "specmon", "sim", "--port", str(sim.port)], capture_output=True,
+                           text=True, cwd=REPO, timeout=30)
+        assert p.returncode == 3 and str(sim.port) in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    out = subprocess.run([sys.executable, "-m", "specmon", "sim", "--list-profiles"], capture_output=True,
+                         text=True, cwd=REPO).stdout
+    for name in ("fp8-mtp", "nvfp4-mtp", "fp8-dflash", "nvfp4-dspark", "fp8-nospec", "h200-fp8-mtp"):
+        assert name in out
+
+
+def test_log_lines_and_request_log(tmp_path):
+    rl = tmp_path / "req.log"
+    with start_sim("--decode-log-interval", "4", "--request-log", str(rl), speed=100) as sim:
+        load(sim.url, 2)
+        httpx.get(sim.url + "/server_info")
+        log = sim.log_text()
+    for needle in ("Load weight begin", "KV Cache is allocated. #tokens: 175000", "Capture cuda graph end",
+                   "max_total_num_tokens=175000", "Uvicorn running on", "The server is fired up and ready to roll!"):
+        assert needle in log, needle
+    assert re.search(r"^\[[\d-]+ [\d:]+\] Prefill batch, #new-seq: \d+, #new-token: \d+, #cached-token: \d+, "
+                     r"token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, cuda graph: False, "
+                     r"input throughput \(token/s\): [\d.]+$", log, re.M)
+    assert re.search(r"^\[[\d-]+ [\d:]+\] Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
+                     r"accept len: [\d.]+, accept rate: [\d.]+, cuda graph: True, gen throughput \(token/s\): [\d.]+, "
+                     r"#queue-req: \d+$", log, re.M)
+    lines = rl.read_text().splitlines()
+    assert "POST /generate" in lines and "GET /server_info" in lines and "GET /health" in lines
+
+
+def test_faults():
+    with start_sim("--fault-crash-after", "2", speed=100) as sim:
+        load(sim.url, 2, stream=False)
+        sim.proc.wait(10)
+        assert sim.proc.returncode != 0
+    with start_sim("--fault-503-above", "1", speed=2) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        import threading
+        t = threading.Thread(target=lambda: c.post("/generate", json={
+            "input_ids": [1] * 50, "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}))
+        t.start()
+        time.sleep(0.3)
+        assert c.post("/generate", json=GEN).status_code == 503
+        t.join()
+    with start_sim("--fault-metrics", "malformed", "--enable-metrics", speed=100) as sim:
+        assert "garbage" in httpx.get(sim.url + "/metrics").text
+    with start_sim("--fault-refuse", speed=100, wait=False) as sim:
+        time.sleep(1.0)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(sim.url + "/health", timeout=2)
+    with start_sim("--fault-stall-after", "1", "--fault-stall-s", "1.5", speed=100) as sim:
+        load(sim.url, 1, stream=False)
+        t0 = time.monotonic()
+        load(sim.url, 1, stream=False)
+        assert time.monotonic() - t0 > 1.0
+
+
+def test_physics_queueing_when_pool_is_full():
+    """A pool of 4000 tokens holds 3 requests of 1000+200: the rest must queue (gauge and /v1/loads)."""
+    with start_sim("--max-total-tokens", "4000", "--enable-metrics", "--decode-log-interval", "2",
+                   "--startup-s", "0.5", speed=1) as sim:
+        import threading
+        body = {"input_ids": list(range(1000)), "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+        ts = [threading.Thread(target=lambda: httpx.post(sim.url + "/generate", json=body, timeout=60))
+              for _ in range(8)]
+        for t in ts:
+            t.start()
+        time.sleep(0.4)
+        e = httpx.get(sim.url + "/v1/loads").json()["loads"][0]
+        assert e["num_waiting_reqs"] > 0 and 1 <= e["num_running_reqs"] <= 3
+        assert e["num_used_tokens"] <= 4000
+        for t in ts:
+            t.join()
+        m = httpx.get(sim.url + "/metrics").text
+        assert re.search(r"sglang:num_requests_total\{[^}]*\} 9\.0", m)  # 8 + the warm-up
