@@ -11,6 +11,9 @@ restarts servers there), then an optional POST /flush_cache.
 
 Durations in the plan (level duration, settle) are in the arms' time: simulated seconds for a
 sped-up simulator (ArmInfo.time_scale = X), so the wall time of a level is duration / X.
+Client durations are recorded x the arm's scale; for a simulator that cannot keep up with its
+--speed on a busy CPU, the scale used is the pace it really kept (server_pace, measured from its
+own meta_info stamps; recorded per level in session.json load_client[].server_pace).
 
 All HTTP runs on LoadLoop (its own thread and event loop); this coroutine, on the session's
 loop, only starts levels, polls progress once a second, writes rows and emits events.
@@ -36,6 +39,32 @@ from specmon.model import (
 
 Emit = Callable[[Event], None]
 INFO_WAIT_S = 20.0
+PACE_TOLERANCE = 0.03
+
+
+def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
+    """Server seconds per wall second over a level, from the server's own stamps.
+
+    With --enable-metrics the final meta_info carries request_received_ts and
+    request_finished_ts (the simulator writes its simulated clock there). Their span over the
+    level, divided by the wall span the client saw for the same requests, is the pace the server
+    really ran at: ~1 for a real server, ~X for a simulator that keeps up with --speed X, less
+    when the simulator is CPU-bound and holds its clock back. None without those stamps.
+    """
+    first_rx = last_fin = first_sent = last_end = None
+    for o in outcomes:
+        m = o.final_meta or {}
+        rx, fin = m.get("request_received_ts"), m.get("request_finished_ts")
+        if o.status != "ok" or not isinstance(rx, (int, float)) or not isinstance(fin, (int, float)):
+            continue
+        end = o.wall(o.t_end)
+        first_rx = rx if first_rx is None else min(first_rx, rx)
+        last_fin = fin if last_fin is None else max(last_fin, fin)
+        first_sent = o.t_sent_wall if first_sent is None else min(first_sent, o.t_sent_wall)
+        last_end = end if last_end is None else max(last_end, end)
+    if first_rx is None or last_end - first_sent <= 1.0:
+        return None  # under a wall second the network and HTTP latencies would dominate
+    return (last_fin - first_rx) / (last_end - first_sent)
 
 
 class _LevelState:
@@ -184,7 +213,7 @@ class RampDriver:
                 window = Window(st.t0, st.t_stop or t_end)  # level shorter than its settle: use all of it
             info = live.info(arm.name)
             r = level_result(arm.name, i, c, st.outcomes[arm.name], window, st.t0, st.t_stop or t_end,
-                             live.samples_for(arm.name, window.t0, window.t1), scale=self.scales.get(arm.name, 1.0),
+                             live.samples_for(arm.name, window.t0, window.t1), scale=self._scale(arm.name, st.outcomes[arm.name]),
                              max_running=getattr(info, "max_running_requests", None))
             if st.paused_during and r.valid:
                 r.valid, r.invalid_reason = False, "paused during the level"
@@ -203,6 +232,17 @@ class RampDriver:
         stats = {"level": i, "offered_concurrency": c, "tokens": tokens, "client_cpu_s": round(cpu, 3),
                  "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
+        paces = {}
+        for arm in self.arms:
+            pace = server_pace(st.outcomes[arm.name])
+            nominal = self.scales.get(arm.name, 1.0)
+            if pace is None:
+                continue
+            paces[arm.name] = round(pace, 4)
+            if nominal != 1.0 and abs(pace / nominal - 1) > PACE_TOLERANCE and hasattr(live, "mark"):
+                live.mark(f"{arm.name}: the simulator kept x{pace:.2f}, not the x{nominal:g} it reports "
+                          f"(CPU-bound); level {i} figures use the measured pace")
+        stats["server_pace"] = paces or None
         self.client_stats.append(stats)
         self._update_session(live, knees=self.knees, load_client=self.client_stats)
         emit(LevelFinished(level=i, results=results))
@@ -213,12 +253,25 @@ class RampDriver:
             return None
         return max(d - elapsed, 0.0) + d * (len(self.plan.levels) - i - 1)
 
+    def _scale(self, arm: str, outcomes: Sequence[RequestOutcome]) -> float:
+        """Server seconds per wall second for this arm's records: the reported time_scale, or,
+        for a simulator (time_scale != 1) whose measured pace differs, the pace it really kept.
+        A real server's stamps are never used this way (its clock may be offset from ours)."""
+        nominal = self.scales.get(arm, 1.0)
+        if nominal == 1.0:
+            return 1.0
+        pace = server_pace(outcomes)
+        return pace if pace is not None else nominal
+
     def _write_finished(self, st: _LevelState, i: int, c: int, live: Any) -> None:
+        if not st.finished:
+            return
+        scales = {a.name: self._scale(a.name, st.outcomes[a.name]) for a in self.arms}
         while st.finished:
             arm, o = st.finished.popleft()
             if live.recorder is not None:
                 in_window = o.t_sent_wall is not None and o.t_sent_wall >= st.window_t0
-                live.recorder.write_request(o.record(arm, i, c, self.scales.get(arm, 1.0), in_window))
+                live.recorder.write_request(o.record(arm, i, c, scales[arm], in_window))
 
     def _call_knees(self, arm: str, r: LevelResult, emit: Emit, live: Any) -> None:
         levels = self.results[arm]
