@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 
 from specmon.servers.sim import formats
 from specmon.servers.sim.engine import PREFIX_BLOCK, Scheduler, SimRequest
+from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
 
 VERSION = "0.5.10.post1"
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -194,8 +195,9 @@ def build_app(st: SimState) -> Starlette:
             return _err(f"Invalid sampling_params: {e}", 400)
         r = make_request(prompt, sp, body.get("rid") if isinstance(body.get("rid"), str) else None,
                          bool(body.get("log_metrics", True)))
-        sched.submit(r)
         stream = bool(body.get("stream", False))
+        r.stream = stream
+        sched.submit(r)
         if stream:
             return StreamingResponse(gen_stream(r), media_type="text/event-stream")
         try:
@@ -297,6 +299,7 @@ def build_app(st: SimState) -> Starlette:
             return _oai_err(f"The input ({n_tok} tokens) is longer than the model's context length "
                             f"({st.ph.max_total_tokens} tokens).")
         r = make_request(prompt, sp, None)
+        r.stream = bool(body.get("stream"))
         rid = ("chatcmpl-" if chat else "cmpl-") + r.rid[:32]
         created = int(time.time())
         sched.submit(r)
@@ -374,6 +377,7 @@ def build_app(st: SimState) -> Starlette:
 
     def internal_state() -> dict:
         d = dict(st.server_args)
+        d.update(INTERNAL_STATE_EXTRA)
         d["last_gen_throughput"] = sched.last_gen_throughput
         d["memory_usage"] = {"weight": round(st.ph.weight_bytes / 1e9 + st.ph.draft_weight_bytes / 1e9, 2),
                              "kvcache": round(st.ph.kv_cache_gb, 2), "token_capacity": st.ph.max_total_tokens,

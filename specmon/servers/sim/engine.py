@@ -56,6 +56,7 @@ class SimRequest:
     stop_by_eos: bool
     t_created: float
     log_metrics: bool = True
+    stream: bool = True          # non-streamed requests get one output, at the end (as in SGLang)
     prefix_hashes: list = field(default_factory=list)
     # scheduler state
     prefilled: int = 0
@@ -314,7 +315,10 @@ class Scheduler:
             return
         r.pending.append(Update(n, t, finished))
         self._dirty.add(r)
-        self.hooks.on_chunk(self, r, n, t)
+        if r.stream:
+            self.hooks.on_chunk(self, r, n, t)
+        elif finished:
+            self.hooks.on_chunk(self, r, r.output_len, t)
 
     # -- prefill -------------------------------------------------------------------------------
     def _rem_total_tokens(self) -> float:

@@ -171,7 +171,7 @@ async def _serve(cfg, sock) -> int:
 
     # Warm-up: one /generate of 8 tokens, as SGLang's launcher sends, counted in the metrics.
     warm = SimRequest(rid="warmup-" + os.urandom(6).hex(), prompt_len=7, max_new_tokens=8, target_len=8,
-                      stop_by_eos=False, t_created=clock.now())
+                      stop_by_eos=False, t_created=clock.now(), stream=False)
     sched.submit(warm)
     while not warm.finished and not serve_task.done():
         await asyncio.sleep(0.005)

@@ -160,8 +160,10 @@ class SimMetrics(Hooks):
         self._aborted = None
         self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               TL, buckets=TTFT_BUCKETS).labels(model_name=model_name)
-        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             TL, buckets=ITL_BUCKETS).labels(model_name=model_name)
+        # Labelled series exist only once used: no ITL series until a streamed chunk follows a first one.
+        self._itl_family = Histogram("sglang:inter_token_latency_seconds",
+                                     "Histogram of inter-token latency in seconds.", TL, buckets=ITL_BUCKETS)
+        self.itl = None
         self.e2e = Histogram("sglang:e2e_request_latency_seconds",
                              "Histogram of End-to-end request latency in seconds", TL,
                              buckets=E2E_BUCKETS).labels(model_name=model_name)
@@ -253,6 +255,8 @@ class SimMetrics(Hooks):
         if r.t_last_delivery is None:
             self.ttft.observe(max(0.0, t - r.t_created))
         else:
+            if self.itl is None:
+                self.itl = self._itl_family.labels(model_name=self.model_name)
             gap = t - r.t_last_delivery
             per = gap / new_tokens
             for _ in range(new_tokens):
