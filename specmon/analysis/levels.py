@@ -18,7 +18,7 @@ Definitions (every "unknown" is None, never 0):
 - littles_law_ratio rho = lambda x E / C with lambda = completions per second inside W and E their
   mean e2e. In a closed loop at C streams rho ~ 1.
 - valid = False when the client, not the server, limited the level: the server's running +
-  queued stayed below 90 % of C - eps while the client believed it had C in flight (eps = the
+  queued stayed below 80 % of C - eps while the client believed it had C in flight (eps = the
   requests in prefill, in neither gauge: C x (TTFT - queue time) / e2e, Little's law), or |rho - 1| > 0.1
   on a level long enough to judge (>= 3 mean e2e), or no request succeeded.
 - accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
@@ -38,6 +38,11 @@ from specmon.model import LevelResult, Sample
 
 QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (peers C2 D2)
 KV_FULL = 0.95
+# The server check allows 20 % slack below C - eps: the gauges are sampled, move only when the
+# scheduler reports, and the trip back (last token -> next request arriving) is in neither gauge;
+# a sped-up simulator stretches that trip by its speed. A client capped below C (a connection
+# pool of 100 under C=150 is 67 %) still falls well under it.
+SERVER_SEEN_MIN = 0.8
 
 
 @dataclass
@@ -156,7 +161,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     if r.ttft_mean_s is not None and r.e2e_mean_s:
         eps = offered * max(r.ttft_mean_s - (r.queue_time_mean_s or 0.0), 0.0) / r.e2e_mean_s
     expected = offered - eps
-    if (server_seen is not None and server_seen < 0.9 * expected
+    if (server_seen is not None and server_seen < SERVER_SEEN_MIN * expected
             and (client_inflight is None or client_inflight >= 0.9 * offered)):
         reasons.append(f"server reported {server_seen:.1f} running+queued (mean of {len(both)} samples) where "
                        f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill) while the client "

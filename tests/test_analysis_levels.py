@@ -1,0 +1,89 @@
+"""level_result on constructed request outcomes and samples: windowing, scaling, validity."""
+
+import pytest
+
+from specmon.analysis.levels import Window, level_result
+from specmon.load.client import RequestOutcome
+from specmon.load.ramp import server_pace
+from specmon.model import Sample
+
+T0 = 1_000_000.0
+
+
+def outcome(i, sent, ttft, n, itl, meta=None):
+    """A finished request sent at wall `sent`, first token after `ttft`, then n-1 tokens every `itl`."""
+    o = RequestOutcome(request_id=str(i), t_scheduled_wall=T0 + sent, t_scheduled=sent)
+    o.t_sent, o.t_sent_wall = sent, T0 + sent
+    o.token_events = [(sent + ttft, 1)] + [(sent + ttft + k * itl, 1) for k in range(1, n)]
+    o.t_end = o.token_events[-1][0]
+    o.completion_tokens, o.prompt_tokens = n, 100
+    o.final_meta = meta or {}
+    return o
+
+
+def closed_loop(c, e2e_n=11, until=100.0):
+    """c streams back to back, each request 1 s TTFT + 10 tokens at 0.1 s: e2e 2 s."""
+    outs, i = [], 0
+    for s in range(c):
+        t = 0.0
+        while t < until:
+            outs.append(outcome(i, t, 1.0, e2e_n, 0.1, {"queue_time": 0.5}))
+            i += 1
+            t = outs[-1].t_end
+    return outs
+
+
+def samples(n, running, queued):
+    return [Sample(ts=T0 + 10 + k, arm="a", up=True, running_reqs=running, queued_reqs=queued) for k in range(n)]
+
+
+def test_throughput_latency_and_scaling():
+    outs = closed_loop(4)
+    w = Window(T0 + 10, T0 + 90)
+    r = level_result("a", 0, 4, outs, w, T0, T0 + 100, samples(80, 4, 0), scale=10.0)
+    # 4 streams x 11 tokens per 2 s wall = 22 tok/s wall = 2.2 tok/s in simulated seconds
+    assert r.output_tok_s == pytest.approx(2.2, rel=0.03)
+    assert r.ttft_p50_s == pytest.approx(10.0)        # 1 s wall x 10
+    assert r.itl_p50_s == pytest.approx(1.0)
+    assert r.tpot_p50_s == pytest.approx(1.0)
+    assert r.e2e_mean_s == pytest.approx(20.0)
+    assert r.queue_time_mean_s == 0.5                 # server seconds: not rescaled
+    assert r.achieved_concurrency == 4 and r.per_user_tok_s == pytest.approx(0.55, rel=0.03)
+    assert r.littles_law_ratio == pytest.approx(1.0, abs=0.05)
+    assert r.valid, r.invalid_reason
+
+
+def test_client_bottleneck_is_flagged_invalid():
+    outs = closed_loop(10)
+    w = Window(T0 + 10, T0 + 90)
+    # the client held 10 but the server only ever saw 5: something between them capped it
+    r = level_result("a", 0, 10, outs, w, T0, T0 + 100, samples(80, 5, 0))
+    assert not r.valid and "client is the bottleneck" in r.invalid_reason
+    ok = level_result("a", 0, 10, outs, w, T0, T0 + 100, samples(80, 8, 1))
+    assert ok.valid, ok.invalid_reason
+
+
+def test_queued_share_and_unknowns():
+    outs = closed_loop(10)
+    w = Window(T0 + 10, T0 + 90)
+    s = samples(8, 7, 3) + samples(2, 10, 0)
+    r = level_result("a", 0, 10, outs, w, T0, T0 + 100, s, max_running=10)
+    assert r.queued_share == pytest.approx(0.8)       # queued > 5 % of C in 8 of 10 samples
+    assert r.capped_share == pytest.approx(0.2)       # at the running cap in 2 of 10
+    r2 = level_result("a", 0, 10, outs, w, T0, T0 + 100, [])
+    assert r2.queued_share is None and r2.kv_usage_max is None and r2.running_mean is None
+    assert r2.achieved_concurrency == pytest.approx(10, rel=0.02)  # client in-flight when the server is silent
+
+
+def test_server_pace_from_meta_stamps():
+    outs = []
+    for i in range(5):
+        o = outcome(i, i * 1.0, 0.5, 10, 0.1)
+        # a simulator at x8: its own stamps run 8 times faster than our wall clock
+        o.final_meta = {"request_received_ts": 5000 + 8 * (o.t_sent_wall - T0),
+                        "request_finished_ts": 5000 + 8 * (o.wall(o.t_end) - T0)}
+        outs.append(o)
+    assert server_pace(outs) == pytest.approx(8.0)
+    for o in outs:
+        o.final_meta = {}
+    assert server_pace(outs) is None
