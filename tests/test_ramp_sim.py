@@ -130,3 +130,36 @@ def test_knee_found_near_the_kv_prediction(tmp_path):
     # past the knee the TTFT is mostly queue, and says so
     last = levels[-1]
     assert float(last["queue_ttft_share"]) > 0.5 and "queue" in last["ttft_note"]
+
+
+def test_dataset_prompts_flush_between_levels_and_pause(tmp_path):
+    data = tmp_path / "speed.jsonl"
+    data.write_text("\n".join([
+        json.dumps({"category": "low_entropy", "turns": ["def add(a, b):\n    return a + b\n" * 20]}),
+        json.dumps({"category": "high_entropy", "turns": ["Write a sonnet about queues."]}),
+        "{broken",
+    ]) + "\n")
+    log = tmp_path / "requests.log"
+    plan = RampPlan(levels=[2, 2], output_len=8, level_duration_s=None, requests_per_level=4, settle_s=0,
+                    dataset=str(data), category="low_entropy", flush_cache=True)
+    paused_at = {}
+
+    def control(e, ramp, loop):
+        if isinstance(e, LevelStarted) and e.level == 1:
+            ramp.pause()
+            paused_at["t"] = time.monotonic()
+            loop.call_later(1.0, ramp.resume)
+
+    with start_sim("--profile", "fp8-mtp", "--request-log", str(log), speed=50) as sim:
+        ramp, events, reason = run_ramp(sim.url, plan, tmp_path / "s", control=control)
+    assert reason == "ramp done"
+    reqs = rows(tmp_path / "s" / "requests.csv")
+    assert len(reqs) == 8 and {r["status"] for r in reqs} == {"ok"}
+    # text prompts: the realised length comes from the server, one prompt for every request
+    assert len({r["prompt_tokens"] for r in reqs}) == 1 and int(reqs[0]["prompt_tokens"]) > 50
+    # level 1 was paused for a second before it sent anything
+    level1 = [float(r["t_start"]) for r in reqs if r["level"] == "1"]
+    assert min(level1) - min(float(r["t_start"]) for r in reqs if r["level"] == "0") > 1.0
+    lv = rows(tmp_path / "s" / "levels.csv")
+    assert lv[0]["valid"] in ("1", "True", "true") and lv[1]["invalid_reason"].startswith("paused during the level")
+    assert log.read_text().count("POST /flush_cache") == 1  # between the two levels, not after the last

@@ -215,8 +215,9 @@ class RampDriver:
             r = level_result(arm.name, i, c, st.outcomes[arm.name], window, st.t0, st.t_stop or t_end,
                              live.samples_for(arm.name, window.t0, window.t1), scale=self._scale(arm.name, st.outcomes[arm.name]),
                              max_running=getattr(info, "max_running_requests", None))
-            if st.paused_during and r.valid:
-                r.valid, r.invalid_reason = False, "paused during the level"
+            if st.paused_during:  # the window holds idle time: its rates and shares mean nothing
+                r.valid = False
+                r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
             r.queue_ttft_share = queue_share(r)
             note = queueing_ttft(r)
             r.ttft_note = note[1] if note else None
