@@ -29,6 +29,7 @@ from specmon.analysis.stats import percentile, spread_gaps
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
 
+_STALE_ERRORS = ("ReadError", "RemoteProtocolError", "WriteError", "ConnectError")
 _CT_KEY = b'"completion_tokens":'
 _PT_KEY = b'"prompt_tokens":'
 
@@ -167,10 +168,38 @@ class GenerateClient:
         body["sampling_params"] = {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0.0}
         body["stream"] = True
         payload = json.dumps(body).encode()
+        reused = bool(self._free)
+        client = self._free.pop() if reused else self._new_client()
+        outcome = await self._attempt(client, payload, outcome)
+        if reused and outcome.status == "error" and outcome.t_first_byte is None and outcome.error \
+                and outcome.error.startswith(_STALE_ERRORS):
+            # A kept-alive socket the server closed while it sat idle (uvicorn drops them after
+            # 5 s; a sped-up sim's pause or drain is longer): nothing reached the server, so
+            # send again on a fresh connection instead of recording a failure that was ours.
+            await self._discard(client)
+            outcome.status, outcome.error, outcome.t_end = "ok", None, None
+            outcome = await self._attempt(self._new_client(), payload, outcome)
+        return outcome
+
+    async def _discard(self, client: httpx.AsyncClient) -> None:
+        if client in self._free:
+            self._free.remove(client)
+        if client in self._all:
+            self._all.remove(client)
+        await client.aclose()
+
+    async def drop_idle(self) -> None:
+        """Close the kept-alive connections nobody is using (between levels they may go stale)."""
+        idle, self._free = self._free, []
+        for c in idle:
+            if c in self._all:
+                self._all.remove(c)
+            await c.aclose()
+
+    async def _attempt(self, client: httpx.AsyncClient, payload: bytes, outcome: RequestOutcome) -> RequestOutcome:
         last_tokens = 0
         last_event = b""
         buf = b""
-        client = self._free.pop() if self._free else self._new_client()
         outcome.t_sent_wall = time.time()
         outcome.t_sent = time.perf_counter()
         try:

@@ -190,6 +190,8 @@ class RampDriver:
         emit(LevelStarted(level=i, offered_concurrency=c, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
                           levels_total=len(plan.levels)))
         st = _LevelState([a.name for a in self.arms])
+        for client in clients.values():
+            await self._load.submit(client.drop_idle())  # idle since the last level: maybe closed
         cpu0 = self._load.cpu_s
         self._load.lag_stats(reset=True)
         fut = self._load.submit(self._level_on_load_loop(i, c, st, clients))
