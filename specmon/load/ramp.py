@@ -91,6 +91,7 @@ class RampDriver:
         self.results: dict[str, list[LevelResult]] = {a.name: [] for a in self.arms}
         self.knees: dict[str, dict] = {}
         self.scales: dict[str, float] = {}
+        self._measured: dict[str, float] = {}  # simulator pace measured on the last level, per arm
         self.client_stats: list[dict[str, Any]] = []
         self._paused = threading.Event()
         self._skip = threading.Event()
@@ -180,8 +181,15 @@ class RampDriver:
                 return
             await asyncio.sleep(0.2)
 
+    def _pace(self) -> float:
+        """Server seconds per wall second to plan the next level with: the slowest arm's pace
+        (measured on the previous level when it differed from the reported scale), so every arm
+        gets at least the planned duration in its own time."""
+        paces = [self._measured.get(a, s) for a, s in self.scales.items()]
+        return min(paces) if paces else 1.0
+
     def _wall(self, arm_seconds: float) -> float:
-        return arm_seconds / max(self.scales.values() or [1.0])
+        return arm_seconds / self._pace()
 
     async def _run_level(self, i: int, c: int, clients: dict[str, GenerateClient], emit: Emit, live: Any) -> None:
         plan = self.plan
@@ -202,7 +210,7 @@ class RampDriver:
                 fut.cancel()  # reaches the task on the load loop
                 raise
             self._write_finished(st, i, c, live)
-            elapsed = (time.time() - st.t0) * max(self.scales.values() or [1.0])
+            elapsed = (time.time() - st.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
                                done_requests=dict(st.done), eta_s=self._eta(i, elapsed)))
         fut.result()
@@ -242,6 +250,8 @@ class RampDriver:
             if pace is None:
                 continue
             paces[arm.name] = round(pace, 4)
+            if nominal != 1.0:
+                self._measured[arm.name] = pace
             if nominal != 1.0 and abs(pace / nominal - 1) > PACE_TOLERANCE and hasattr(live, "mark"):
                 live.mark(f"{arm.name}: the simulator kept x{pace:.2f}, not the x{nominal:g} it reports "
                           f"(CPU-bound); level {i} figures use the measured pace")
