@@ -13,13 +13,14 @@ CORE = ["specmon.model", "specmon.sources", "specmon.sources.prom", "specmon.sou
         "specmon.sources.sglang", "specmon.sources.nvml", "specmon.sources.host", "specmon.sources.predict",
         "specmon.sources.serverinfo", "specmon.load", "specmon.analysis", "specmon.session",
         "specmon.session.recorder", "specmon.session.live", "specmon.servers", "specmon.headless",
-        "specmon.commands.attach"]
+        "specmon.commands.attach", "specmon.report", "specmon.commands.report"]
 
 
 def test_core_imports_leave_textual_out():
     code = ("import importlib, pkgutil, sys\n"
             f"for m in {CORE!r}: importlib.import_module(m)\n"
-            "for pkg in ('specmon.sources', 'specmon.load', 'specmon.analysis', 'specmon.session', 'specmon.servers'):\n"
+            "for pkg in ('specmon.sources', 'specmon.load', 'specmon.analysis', 'specmon.session', 'specmon.servers',\n"
+            "            'specmon.report'):\n"
             "    p = importlib.import_module(pkg)\n"
             "    for info in pkgutil.walk_packages(p.__path__, pkg + '.'):\n"
             "        if not info.name.endswith('__main__'):\n"

@@ -1,0 +1,231 @@
+"""The report as format-neutral sections and tables; markdown.py and html.py only render them.
+
+An unknown value is an empty cell, never 0. Units are in the headers so cells stay plain numbers:
+seconds for TTFT and queue time, milliseconds for TPOT and ITL, percent for KV usage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from specmon.model import LevelResult
+from specmon.report.compare import ArmGroup, Spread, drafter_comparisons, groups
+from specmon.report.data import ReportArm, ReportSession
+from specmon.report.frontier import cost_per_million, default_targets, matched
+from specmon.report.knees import arm_knees
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    title: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    title: str
+    lines: list[str] = field(default_factory=list)  # paragraphs / bullet lines before the tables
+    tables: list[Table] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    title: str
+    sections: list[Section]
+
+
+def num(v: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "" if v is None else fmt.format(v)
+
+
+def ms(v: Optional[float]) -> str:
+    return "" if v is None else f"{v * 1000:.2f}"
+
+
+def pct(v: Optional[float]) -> str:
+    return "" if v is None else f"{v * 100:.1f}"
+
+
+def spread_cell(s: Optional[Spread], fmt: str = "{:.1f}") -> str:
+    if s is None:
+        return ""
+    if s.n == 1:
+        return fmt.format(s.mean)
+    return f"{fmt.format(s.mean)} ({fmt.format(s.lo)}–{fmt.format(s.hi)})"
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def build_report(sessions: Sequence[ReportSession], arms: Sequence[ReportArm], at: Optional[Sequence[float]],
+                 price: Optional[float]) -> Report:
+    sections = [session_section(s, [a for a in arms if a.session == s.name], len(sessions) > 1) for s in sessions]
+    sections.append(levels_section(arms))
+    sections.append(knees_section(arms))
+    gs = groups(arms)
+    if any(len(g.runs) > 1 for g in gs):
+        sections.append(repeats_section(gs))
+    sections.append(matched_section(arms, at, price))
+    drafters = drafter_section(gs)
+    if drafters is not None:
+        sections.append(drafters)
+    title = "specmon report: " + ", ".join(s.name for s in sessions)
+    return Report(title, sections)
+
+
+def session_section(s: ReportSession, arms: Sequence[ReportArm], many: bool) -> Section:
+    meta = s.meta
+    host = meta.get("host") or {}
+    plan = meta.get("ramp_plan") or {}
+    lines = [
+        f"folder: {s.path}",
+        f"date: {meta.get('start_time') or ''} to {meta.get('end_time') or ''}",
+        f"host: {host.get('hostname') or ''} ({host.get('platform') or ''})" if isinstance(host, dict) else f"host: {host}",
+        f"specmon version: {meta.get('specmon_version') or ''}; mode: {meta.get('mode') or ''}; "
+        f"exit: {meta.get('exit_reason') or ''}",
+    ]
+    if plan:
+        dur = plan.get("level_duration_s")
+        lines.append(
+            "ramp: levels " + ",".join(str(c) for c in plan.get("levels") or []) +
+            f"; input {plan.get('input_len')} / output {plan.get('output_len')} tokens" +
+            (f"; {dur:g} s per level" if isinstance(dur, (int, float)) else "") +
+            (f"; {plan.get('requests_per_level')} requests per level" if plan.get("requests_per_level") else "") +
+            (f"; dataset {plan.get('dataset')}" if plan.get("dataset") else "") +
+            ("; servers restarted between levels" if plan.get("restart_between_levels") else ""))
+    headers = ["arm", "model", "quantization", "spec algorithm", "steps", "topk", "draft tokens", "draft model",
+               "KV dtype", "KV pool tok", "mem fraction", "request cap", "TP", "GPUs", "sim speed"]
+    rows = []
+    for a in arms:
+        sa = a.server_args
+        rows.append([a.key, _s(sa.get("model")), _s(sa.get("quantization")),
+                     _s(sa.get("speculative_algorithm")) if sa else "",
+                     _s(sa.get("speculative_num_steps")), _s(sa.get("speculative_eagle_topk")),
+                     _s(sa.get("speculative_num_draft_tokens")), _s(sa.get("speculative_draft_model_path")),
+                     _s(sa.get("kv_cache_dtype")), _s(sa.get("kv_capacity_tokens")),
+                     _s(sa.get("mem_fraction_static")), _s(sa.get("max_running_requests")), _s(sa.get("tp_size")),
+                     f"{a.gpus}" + ("" if a.gpus_source == "layout gpus" else f" ({a.gpus_source})"),
+                     "" if not a.time_scale or a.time_scale == 1 else f"{a.time_scale:g}x"])
+    notes = []
+    if any(a.server_args and a.server_args.get("speculative_algorithm") is None for a in arms):
+        notes.append("an empty spec algorithm on a known server means no speculation")
+    return Section(f"Session {s.name}", lines, [Table(headers, rows, "Arms", notes)])
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+LEVEL_HEADERS = ["C", "achieved C", "out tok/s", "per-user tok/s", "TTFT p50 s", "TTFT p90 s", "TTFT p99 s",
+                 "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "accept len", "queue p50 s", "KV max %",
+                 "GPU power W", "ok", "failed", "valid", "knee"]
+
+
+def level_row(lv: LevelResult, power_w: Optional[float]) -> list[str]:
+    return [str(lv.offered_concurrency), num(lv.achieved_concurrency), num(lv.output_tok_s),
+            num(lv.per_user_tok_s), num(lv.ttft_p50_s, "{:.3f}"), num(lv.ttft_p90_s, "{:.3f}"),
+            num(lv.ttft_p99_s, "{:.3f}"), ms(lv.tpot_p50_s), ms(lv.itl_p50_s), ms(lv.itl_p99_s),
+            num(lv.accept_length, "{:.2f}"), num(lv.queue_time_p50_s, "{:.3f}"), pct(lv.kv_usage_max),
+            num(power_w, "{:.0f}"), str(lv.ok), str(lv.failed), "yes" if lv.valid else "no", lv.knee or ""]
+
+
+def levels_section(arms: Sequence[ReportArm]) -> Section:
+    tables = []
+    for a in arms:
+        rows = [level_row(lv, a.power_at(lv)) for lv in a.levels]
+        notes = [f"C={lv.offered_concurrency} invalid: {lv.invalid_reason or 'no reason recorded'}"
+                 for lv in a.levels if not lv.valid]
+        notes += [f"C={lv.offered_concurrency}: {lv.ttft_note}" for lv in a.levels if lv.ttft_note]
+        tables.append(Table(LEVEL_HEADERS, rows, a.key, notes))
+    return Section("Per-level results", ["achieved C = what the server ran (mean running requests); "
+                                         "per-user tok/s = out tok/s / achieved C; "
+                                         "invalid = the client, not the server, limited the level"], tables)
+
+
+def knees_section(arms: Sequence[ReportArm]) -> Section:
+    headers = ["arm", "plateau (D1)", "queueing (D2)", "c_90", "power knee (X/TTFT p50)", "predicted (KV/cap)",
+               "invalid levels"]
+    rows, lines = [], []
+    for a in arms:
+        k = arm_knees(a)
+        power = "" if k.power.concurrency is None else (
+            f"{k.power.concurrency}" + (" (confirmed)" if k.power.confirmed else " (not confirmed)"))
+        rows.append([a.key, _knee_cell(k.plateau.concurrency, k.plateau.confirmed_at),
+                     _knee_cell(k.queueing.concurrency, k.queueing.confirmed_at), _s(k.c_90), power,
+                     num(k.predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
+        lines.append(f"{a.key}: {k.plateau.detail}; {k.queueing.detail}" +
+                     (f"; predicted: {k.predicted_detail}" if k.predicted_detail else ""))
+    return Section("Knees", lines, [Table(headers, rows, None, [
+        "plateau and queueing are confirmed on two consecutive valid levels (peers C2 D1/D2); "
+        "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
+        "confirmed when it falls at the next two levels"])])
+
+
+def _knee_cell(c, confirmed_at) -> str:
+    if c is None:
+        return ""
+    return f"{c}" if confirmed_at is None else f"{c} (confirmed at level {confirmed_at + 1})"
+
+
+def repeats_section(gs: Sequence[ArmGroup]) -> Section:
+    headers = ["C", "runs", "out tok/s", "per-user tok/s", "TTFT p50 s", "accept len"]
+    tables = []
+    for g in gs:
+        rows = []
+        for c in g.concurrencies():
+            x = g.at(c, lambda lv: lv.output_tok_s)
+            rows.append([str(c), str(x.n if x else 0), spread_cell(x),
+                         spread_cell(g.at(c, lambda lv: lv.per_user_tok_s)),
+                         spread_cell(g.at(c, lambda lv: lv.ttft_p50_s), "{:.3f}"),
+                         spread_cell(g.at(c, lambda lv: lv.accept_length), "{:.2f}")])
+        tables.append(Table(headers, rows, f"{g.name} ({len(g.runs)} runs: {', '.join(r.session for r in g.runs)})"))
+    return Section("Repeat runs: mean (min–max) per level", [
+        "same-named arms across sessions are repeat runs; two configurations differ beyond noise at a level "
+        "only when their min–max ranges do not overlap"], tables)
+
+
+def matched_section(arms: Sequence[ReportArm], at: Optional[Sequence[float]], price: Optional[float]) -> Section:
+    chosen = list(at) if at else default_targets(arms)
+    lines = ["throughput interpolated linearly between measured levels on each arm's per-user tok/s vs "
+             "output tok/s frontier; empty where the arm never ran at that speed (never extrapolated)"]
+    if not at:
+        lines.append("--at not given: targets spread over the measured range: " + ",".join(f"{t:g}" for t in chosen))
+    headers = ["per-user tok/s", "arm", "out tok/s", "tok/s/GPU", "GPUs", "C reached", "achieved C",
+               "$ / M tok", "GPU power W", "tok/s per MW", "note"]
+    rows = []
+    for t in chosen:
+        for a in arms:
+            p = matched(a, t)
+            if p is None:
+                rows.append([f"{t:g}", a.key, "", "", str(a.gpus), "", "", "", "", "", "out of measured range"])
+                continue
+            rows.append([f"{t:g}", a.key, num(p.output_tok_s), num(p.tok_s_per_gpu), str(p.gpus),
+                         num(p.offered_concurrency), num(p.achieved_concurrency),
+                         num(cost_per_million(price, p.output_tok_s, p.gpus), "{:.3f}"), num(p.power_w, "{:.0f}"),
+                         num(p.tok_s_per_mw, "{:,.0f}"), "from a level flagged invalid" if p.from_invalid else ""])
+    notes = []
+    if price is not None:
+        notes.append(f"$ / M tok = {price:g} $/GPU-hour x GPUs / (tok/s x 3600) x 1e6")
+    else:
+        notes.append("$ / M tok: give --price-per-gpu-hour")
+    notes.append("tok/s per MW needs gpu_power_w in samples.csv (NVML on the serving host)")
+    return Section("Matched interactivity (same per-user tok/s)", lines, [Table(headers, rows, None, notes)])
+
+
+def drafter_section(gs: Sequence[ArmGroup]) -> Optional[Section]:
+    comps = drafter_comparisons(gs)
+    if not comps:
+        return None
+    tables = []
+    for comp in comps:
+        rows = [[str(r.concurrency), spread_cell(r.base), spread_cell(r.other), f"{r.ratio:.3f}",
+                 spread_cell(r.accept, "{:.2f}"), r.verdict] for r in comp.rows]
+        tables.append(Table(["C", f"{comp.base} tok/s", f"{comp.other} tok/s", "ratio", f"{comp.other} accept len",
+                             "verdict"], rows,
+                            f"{comp.other} vs {comp.base} (baseline: {comp.base_reason})"))
+    return Section("Is the drafter paying for itself?", [
+        "arms with the same model, weights, KV dtype, memory settings and TP, differing only in speculative "
+        "settings; ratio = throughput / baseline throughput at the same offered C"], tables)

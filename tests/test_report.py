@@ -1,0 +1,335 @@
+"""`specmon report`: tables checked against the recorded CSVs, matched interactivity on a session
+written by the real Recorder with known levels, cost and power formulas, figures, HTML, bad input.
+
+Expected numbers are computed here from the CSV files (csv module) or by hand, not by the report's
+own helpers.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simproc import REPO
+from specmon.errors import UsageError
+from specmon.model import LevelResult, Sample
+from specmon.report.compare import drafter_comparisons, groups
+from specmon.report.data import load_sessions
+from specmon.report.frontier import cost_per_million, matched, tok_s_per_mw
+from specmon.report.knees import kleinrock_power
+from specmon.report.markdown import render_md
+from specmon.report.tables import build_report
+from specmon.session.recorder import Recorder
+
+DATA = REPO / "tests" / "data"
+SESSIONS = [DATA / "session_sim_3arm", DATA / "session_demo_2arm", DATA / "session_sim_1arm"]
+
+
+def md_tables(text: str) -> dict[str, list[dict[str, str]]]:
+    """Every markdown table under a '### title' (or, untitled, its '## section') heading: title -> rows
+    as header->cell dicts."""
+    out: dict[str, list[dict[str, str]]] = {}
+    lines = text.splitlines()
+    title = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("### ") or line.startswith("## "):
+            title = line.split(" ", 1)[1]
+        elif line.startswith("| ") and title is not None and title not in out:
+            headers = [c.strip() for c in line.strip("|").split(" | ")]
+            rows = []
+            i += 2  # skip the |---| line
+            while i < len(lines) and lines[i].startswith("|"):
+                cells = [c.strip() for c in lines[i][1:-1].split(" | ")]
+                rows.append(dict(zip(headers, cells)))
+                i += 1
+            out[title] = rows
+            continue
+        i += 1
+    return out
+
+
+def report_md(paths, at=None, price=None) -> str:
+    sessions, arms = load_sessions([Path(p) for p in paths])
+    return render_md(build_report(sessions, arms, at, price))
+
+
+def fmt(cell: str, f: str) -> str:
+    if cell == "":
+        return ""
+    v = float(cell)
+    return {"1": f"{v:.1f}", "3": f"{v:.3f}", "2": f"{v:.2f}", "ms": f"{v * 1000:.2f}", "pct": f"{v * 100:.1f}"}[f]
+
+
+# column in the report -> (levels.csv column, format)
+EXPECTED_COLUMNS = {
+    "achieved C": ("achieved_concurrency", "1"), "out tok/s": ("output_tok_s", "1"),
+    "per-user tok/s": ("per_user_tok_s", "1"), "TTFT p50 s": ("ttft_p50_s", "3"), "TTFT p90 s": ("ttft_p90_s", "3"),
+    "TTFT p99 s": ("ttft_p99_s", "3"), "TPOT p50 ms": ("tpot_p50_s", "ms"), "ITL p50 ms": ("itl_p50_s", "ms"),
+    "ITL p99 ms": ("itl_p99_s", "ms"), "accept len": ("accept_length", "2"), "queue p50 s": ("queue_time_p50_s", "3"),
+    "KV max %": ("kv_usage_max", "pct"),
+}
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.name)
+def test_level_tables_hold_the_recorded_numbers(session):
+    tables = md_tables(report_md([session]))
+    with open(session / "levels.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for row in rows:
+        got = [r for r in tables[row["arm"]] if r["C"] == row["offered_concurrency"]]
+        assert len(got) == 1, (row["arm"], row["offered_concurrency"])
+        cells = got[0]
+        for col, (src, f) in EXPECTED_COLUMNS.items():
+            assert cells[col] == fmt(row[src], f), (row["arm"], row["offered_concurrency"], col)
+        assert cells["ok"] == row["ok"] and cells["failed"] == row["failed"]
+        assert cells["valid"] == ("yes" if row["valid"] == "1" else "no")
+        assert cells["knee"] == row["knee"]
+
+
+def test_empty_csv_cells_stay_empty():
+    # session_sim_1arm's arm has no GPU (no NVML in the recording): the power cell must be empty,
+    # not 0; an unknown accept length in the no-speculation arm of the 3-arm session likewise.
+    tables = md_tables(report_md([DATA / "session_sim_1arm"]))
+    assert all(r["GPU power W"] == "" for r in tables["fp8-mtp"])
+    with open(DATA / "session_sim_3arm" / "levels.csv", newline="") as f:
+        nospec = [r for r in csv.DictReader(f) if r["arm"] == "fp8-nospec"]
+    tables = md_tables(report_md([DATA / "session_sim_3arm"]))
+    for row in nospec:
+        cell = next(r for r in tables["fp8-nospec"] if r["C"] == row["offered_concurrency"])["accept len"]
+        assert cell == ("" if row["accept_length"] == "" else f"{float(row['accept_length']):.2f}")
+    assert any(r["accept_length"] == "" for r in nospec), "fixture should hold an unknown accept length"
+
+
+def test_session_header_names_the_arms_and_their_server_args():
+    text = report_md([DATA / "session_sim_3arm"])
+    arms = {r["arm"]: r for r in md_tables(text)["Arms"]}
+    assert set(arms) == {"fp8-mtp", "nvfp4-mtp", "fp8-nospec"}
+    assert arms["fp8-mtp"]["spec algorithm"] == "EAGLE" and arms["fp8-mtp"]["steps"] == "3"
+    assert arms["fp8-mtp"]["draft tokens"] == "4" and arms["fp8-mtp"]["KV dtype"] == "fp8_e4m3"
+    assert arms["nvfp4-mtp"]["KV pool tok"] == "211563" and arms["nvfp4-mtp"]["request cap"] == "56"
+    assert arms["fp8-nospec"]["spec algorithm"] == ""
+    assert "specmon version: 0.1.0" in text and "host: vm" in text
+
+
+# --------------------------------------------------------------------------------------------
+# A session written by the real Recorder with known levels
+
+
+def write_session(path: Path, arm_levels: dict[str, list[tuple]], gpus: dict[str, list[int]] | None = None,
+                  server_args: dict[str, dict] | None = None) -> Path:
+    """arm_levels: arm -> [(C, achieved, out tok/s, per-user tok/s, ttft p50, power W or None), ...]."""
+    rec = Recorder(path)
+    t = 1000.0
+    for arm, levels in arm_levels.items():
+        for i, (c, ach, x, u, ttft, power) in enumerate(levels):
+            for k in range(3):
+                rec.write_sample(Sample(ts=t, arm=arm, up=True, gpu_power_w=power, level=i, offered_concurrency=c))
+                t += 1
+            rec.write_level(LevelResult(arm=arm, level=i, offered_concurrency=c, achieved_concurrency=ach,
+                                        output_tok_s=x, per_user_tok_s=u, ttft_p50_s=ttft, ok=10))
+    base = {"model": "m", "quantization": "fp8", "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
+            "max_total_tokens": None, "tp_size": 1, "speculative_algorithm": None}
+    rec.update_session(
+        arms=[{"name": a, "url": "http://127.0.0.1:1", "server_args": {**base, **(server_args or {}).get(a, {})}}
+              for a in arm_levels],
+        layout={"arms": [{"name": a, "launch": {"gpus": g}} for a, g in (gpus or {}).items()]},
+        predicted_knees={a: {"concurrency": 17.8, "detail": "KV pool test"} for a in arm_levels},
+        ramp_plan={"levels": [lv[0] for lv in next(iter(arm_levels.values()))], "input_len": 100, "output_len": 10})
+    rec.close("done")
+    return path
+
+
+KNOWN = [(10, 9.0, 1000.0, 100.0, 1.0, 400.0), (20, 18.0, 1600.0, 80.0, 2.0, 500.0), (40, 36.0, 2000.0, 50.0, 8.0, None)]
+
+
+def test_matched_interactivity_interpolates_between_levels(tmp_path):
+    write_session(tmp_path / "s", {"a": KNOWN}, gpus={"a": [0, 1]})
+    _, arms = load_sessions([tmp_path / "s"])
+    (arm,) = arms
+    assert arm.gpus == 2
+    # u=90 is halfway between C=10 (u 100) and C=20 (u 80)
+    p = matched(arm, 90)
+    assert p.output_tok_s == pytest.approx(1300.0)
+    assert p.offered_concurrency == pytest.approx(15.0)
+    assert p.achieved_concurrency == pytest.approx(13.5)
+    assert p.power_w == pytest.approx(450.0)
+    assert p.tok_s_per_gpu == pytest.approx(650.0)
+    assert p.tok_s_per_mw == pytest.approx(1300.0 / 450.0 * 1e6)
+    # u=60: two thirds of the way from C=20 (u 80) to C=40 (u 50); C=40 has no power reading
+    p = matched(arm, 60)
+    assert p.output_tok_s == pytest.approx(1600 + 400 * 2 / 3)
+    assert p.offered_concurrency == pytest.approx(20 + 20 * 2 / 3)
+    assert p.power_w is None and p.tok_s_per_mw is None
+    # exactly on a level
+    assert matched(arm, 80).output_tok_s == pytest.approx(1600.0)
+    # out of range: never extrapolated
+    assert matched(arm, 120) is None and matched(arm, 40) is None
+
+    text = report_md([tmp_path / "s"], at=[90, 60, 120], price=2.0)
+    rows = {r["per-user tok/s"]: r for r in md_tables(text)["Matched interactivity (same per-user tok/s)"]}
+    r90 = rows["90"]
+    assert [r90[c] for c in ("arm", "out tok/s", "tok/s/GPU", "GPUs", "C reached", "achieved C", "$ / M tok",
+                             "GPU power W", "tok/s per MW")] == [
+        "a", "1300.0", "650.0", "2", "15.0", "13.5", f"{2.0 * 2 / (1300 * 3600) * 1e6:.3f}", "450",
+        f"{1300 / 450 * 1e6:,.0f}"]
+    assert rows["60"]["GPU power W"] == "" and rows["60"]["tok/s per MW"] == ""
+    assert rows["120"]["out tok/s"] == "" and rows["120"]["note"] == "out of measured range"
+
+
+def test_matched_takes_the_best_crossing_on_a_curve_that_doubles_back(tmp_path):
+    # per-user 60 is crossed twice: C 10->20 (1000->1400 at f=0.5: 1200) and C 20->40 (1400->800, f=0.5: 1100)
+    levels = [(10, 10.0, 1000.0, 70.0, 1.0, None), (20, 20.0, 1400.0, 50.0, 1.0, None),
+              (40, 40.0, 800.0, 70.0, 1.0, None)]
+    write_session(tmp_path / "s", {"a": levels})
+    _, (arm,) = load_sessions([tmp_path / "s"])
+    assert matched(arm, 60).output_tok_s == pytest.approx(1200.0)
+    assert arm.gpus == 1
+
+
+def test_cost_per_million_tokens_formula():
+    # $2/GPU-hour at 1000 tok/s: 3.6M tokens an hour -> $0.5556 per M tokens; two GPUs cost twice
+    assert cost_per_million(2.0, 1000.0) == pytest.approx(2.0 / 3.6)
+    assert cost_per_million(2.0, 1000.0, gpus=2) == pytest.approx(4.0 / 3.6)
+    # field-facts B: 1372 tok/s/GPU at $0.088/M implies ~$0.435/GPU-hour; 974 tok/s at that price -> ~$0.124
+    price = 0.088 * 1372 * 3600 / 1e6
+    assert cost_per_million(price, 974.0) == pytest.approx(0.124, abs=0.001)
+    assert cost_per_million(None, 1000.0) is None and cost_per_million(2.0, None) is None
+    assert cost_per_million(2.0, 0.0) is None
+    assert tok_s_per_mw(1000.0, 500.0) == pytest.approx(2e6) and tok_s_per_mw(1000.0, None) is None
+
+
+def test_knees_power_and_predicted(tmp_path):
+    # X/TTFT p50: 1000, 800, 250 -> argmax at C=10, falls twice after it: confirmed
+    write_session(tmp_path / "s", {"a": KNOWN})
+    sessions, arms = load_sessions([tmp_path / "s"])
+    k = kleinrock_power(arms[0].levels)
+    assert (k.concurrency, k.power, k.confirmed) == (10, pytest.approx(1000.0), True)
+    (row,) = md_tables(render_md(build_report(sessions, arms, None, None)))["Knees"]
+    assert row["power knee (X/TTFT p50)"] == "10 (confirmed)" and row["predicted (KV/cap)"] == "17.8"
+    # eta: (1600-1000)/10/100 = 0.6, (2000-1600)/20/100 = 0.2: both above 0.15, no plateau; c_90: 2000*0.9=1800 -> C=40
+    assert row["plateau (D1)"] == "" and row["c_90"] == "40"
+
+
+def test_repeat_runs_show_mean_and_spread_and_call_noise(tmp_path):
+    nospec = {"speculative_algorithm": None}
+    mtp = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}
+    def levels(x):
+        return [(10, 10.0, x, x / 10, 1.0, None)]
+    # run 1 and run 2 of the same two arms; mtp's range 1040-1060 overlaps nospec's 1000-1050 at C=10
+    for name, xs in (("r1", (1000.0, 1040.0)), ("r2", (1050.0, 1060.0))):
+        write_session(tmp_path / name, {"nospec": levels(xs[0]), "mtp": levels(xs[1])},
+                      server_args={"nospec": nospec, "mtp": mtp})
+    sessions, arms = load_sessions([tmp_path / "r1", tmp_path / "r2"])
+    assert [a.key for a in arms] == ["r1/nospec", "r1/mtp", "r2/nospec", "r2/mtp"]
+    text = render_md(build_report(sessions, arms, None, None))
+    tables = md_tables(text)
+    rep = tables["nospec (2 runs: r1, r2)"][0]
+    assert rep["runs"] == "2" and rep["out tok/s"] == "1025.0 (1000.0–1050.0)"
+    (comp,) = drafter_comparisons(groups(arms))
+    assert (comp.base, comp.other, comp.base_reason) == ("nospec", "mtp", "no speculation")
+    (row,) = comp.rows
+    assert row.ratio == pytest.approx(1050.0 / 1025.0)
+    assert row.verdict == "no difference beyond noise"
+    drafter = tables["mtp vs nospec (baseline: no speculation)"][0]
+    assert drafter["ratio"] == f"{1050 / 1025:.3f}" and drafter["verdict"] == "no difference beyond noise"
+
+
+def test_drafter_comparison_on_the_recorded_three_arm_session():
+    with open(DATA / "session_sim_3arm" / "levels.csv", newline="") as f:
+        x = {(r["arm"], r["offered_concurrency"]): float(r["output_tok_s"]) for r in csv.DictReader(f)}
+    tables = md_tables(report_md([DATA / "session_sim_3arm"]))
+    rows = tables["fp8-mtp vs fp8-nospec (baseline: no speculation)"]
+    assert [r["C"] for r in rows] == ["4", "8", "16", "32"]
+    for r in rows:
+        assert r["ratio"] == f"{x[('fp8-mtp', r['C'])] / x[('fp8-nospec', r['C'])]:.3f}"
+        assert r["verdict"] == "single run: spread unknown"
+    # nvfp4-mtp differs in weights, not only in drafter: no comparison for it
+    assert not any("nvfp4-mtp vs" in t for t in tables)
+
+
+# --------------------------------------------------------------------------------------------
+# The command line
+
+
+def specmon(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "specmon", "report", *map(str, args)], cwd=str(cwd or REPO),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_md_prints_and_writes_report_md(tmp_path):
+    p = specmon(DATA / "session_sim_3arm", DATA / "session_demo_2arm", "--at", "30,40",
+                "--price-per-gpu-hour", "2.5", "--out", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "### session_demo_2arm/nvfp4-mtp" in p.stdout and "### session_sim_3arm/fp8-nospec" in p.stdout
+    assert (tmp_path / "report.md").read_text() == p.stdout
+    assert str(tmp_path / "report.md") in p.stderr
+
+
+def test_cli_png_and_html(tmp_path):
+    p = specmon(DATA / "session_demo_2arm", "--format", "png", "--at", "35,45", "--out", tmp_path / "png")
+    assert p.returncode == 0, p.stderr
+    paths = [Path(x) for x in p.stdout.split()]
+    names = {x.stem for x in paths}
+    assert names == {"throughput_vs_concurrency", "ttft_vs_concurrency", "per_user_vs_concurrency", "frontier",
+                     "accept_length_vs_concurrency"}
+    for x in paths:
+        data = x.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, x
+
+    p = specmon(DATA / "session_demo_2arm", "--format", "html", "--out", tmp_path / "html")
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "html" / "report.html").read_text()
+    assert p.stdout.strip() == str(tmp_path / "html" / "report.html")
+    assert html.count("data:image/png;base64,") == 5
+    assert "<th>TTFT p99 s</th>" in html and "Matched interactivity" in html
+    with open(DATA / "session_demo_2arm" / "levels.csv", newline="") as f:
+        first = next(csv.DictReader(f))
+    assert f"<td>{float(first['output_tok_s']):.1f}</td>" in html
+
+
+def _bad(tmp_path, name, files: dict[str, bytes | str]) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    for fname, content in files.items():
+        (d / fname).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return d
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    good = DATA / "session_sim_1arm"
+    meta = (good / "session.json").read_text()
+    levels = (good / "levels.csv").read_text()
+    cases = {
+        "missing": (tmp_path / "nope", "nope"),
+        "not a session": (_bad(tmp_path, "empty", {"notes.txt": "hi"}), "session.json"),
+        "no levels": (_bad(tmp_path, "nolevels", {"session.json": meta, "samples.csv": (good / "samples.csv").read_text()}),
+                      "levels.csv"),
+        "garbled value": (_bad(tmp_path, "garbled", {"session.json": meta,
+                                                      "levels.csv": levels.replace("343.601", "lots", 1)}),
+                          "levels.csv:2"),
+        "binary": (_bad(tmp_path, "binary", {"session.json": meta, "levels.csv": b"\xff\xfe\x00garbage\x81"}),
+                   "levels.csv"),
+        "wrong columns": (_bad(tmp_path, "columns", {"session.json": meta, "levels.csv": "a,b\n1,2\n"}), "levels.csv"),
+        "bad json": (_bad(tmp_path, "json", {"session.json": "{not json", "levels.csv": levels}), "session.json"),
+    }
+    for what, (folder, named) in cases.items():
+        p = specmon(folder, "--out", tmp_path / "out")
+        assert p.returncode == 2, (what, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0], (what, p.stderr)
+        assert "Traceback" not in p.stderr
+
+
+def test_load_sessions_refuses_a_folder_without_levels(tmp_path):
+    rec = Recorder(tmp_path / "s")
+    rec.write_sample(Sample(ts=1.0, arm="a", up=True))
+    rec.close("done")
+    with pytest.raises(UsageError, match="levels.csv: no level rows"):
+        load_sessions([tmp_path / "s"])
