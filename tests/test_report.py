@@ -333,3 +333,17 @@ def test_load_sessions_refuses_a_folder_without_levels(tmp_path):
     rec.close("done")
     with pytest.raises(UsageError, match="levels.csv: no level rows"):
         load_sessions([tmp_path / "s"])
+
+
+def test_same_name_with_different_settings_is_two_configurations(tmp_path):
+    # field-facts C: one arm name, MTP on in one session and off in the other
+    write_session(tmp_path / "mtp", {"tp8": [(4, 4.0, 541.9, 135.5, 0.5, None)]},
+                  server_args={"tp8": {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3}})
+    write_session(tmp_path / "off", {"tp8": [(4, 4.0, 542.2, 135.6, 0.5, None)]})
+    sessions, arms = load_sessions([tmp_path / "mtp", tmp_path / "off"])
+    gs = groups(arms)
+    assert sorted(g.name for g in gs) == ["tp8 [mtp]", "tp8 [off]"]
+    (comp,) = drafter_comparisons(gs)
+    assert (comp.base, comp.other) == ("tp8 [off]", "tp8 [mtp]")
+    assert comp.rows[0].ratio == pytest.approx(541.9 / 542.2)
+    assert "Repeat runs" not in render_md(build_report(sessions, arms, None, None))

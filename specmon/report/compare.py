@@ -1,6 +1,7 @@
 """Repeat runs and drafter comparisons: telling "no difference" from noise (field-facts C).
 
-Arms with the same name in several sessions are repeat runs of one configuration. Per offered
+Arms with the same name and the same server settings in several sessions are repeat runs of
+one configuration. Per offered
 concurrency each metric gets its mean and its spread (min-max over the runs). Two configurations
 differ beyond noise at a level only when their min-max ranges do not overlap; with one run each
 the spread is unknown and the report says so rather than guessing.
@@ -60,10 +61,19 @@ class ArmGroup:
 
 
 def groups(arms: Sequence[ReportArm]) -> list[ArmGroup]:
-    out: dict[str, ArmGroup] = {}
+    """Runs of one configuration: the same arm name *and* the same server settings. Two sessions that
+    reuse a name for different settings (MTP on in one, off in the other, as in field-facts C) are two
+    configurations, named with their sessions."""
+    out: dict[tuple, ArmGroup] = {}
     for a in arms:
-        out.setdefault(a.name, ArmGroup(a.name, [])).runs.append(a)
-    return list(out.values())
+        key = (a.name, _server_key(a.server_args), _drafter(a.server_args))
+        out.setdefault(key, ArmGroup(a.name, [])).runs.append(a)
+    gs = list(out.values())
+    names = [g.name for g in gs]
+    for g in gs:
+        if names.count(g.name) > 1:
+            g.name = f"{g.name} [{', '.join(r.session for r in g.runs)}]"
+    return gs
 
 
 @dataclass

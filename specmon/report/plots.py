@@ -1,7 +1,9 @@
 """The report's figures (matplotlib, Agg backend: no display needed on a GPU host over SSH).
 
 One colour per arm throughout; knees are black markers on the arm's curve (one shape per
-definition) so the throughput and TTFT figures show where each definition called it.
+definition) so the throughput and TTFT figures show where each definition called it; the knee
+predicted from the KV pool is a dotted line in the arm's colour; levels flagged invalid (the client
+was the bottleneck) carry a grey x.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 
 from specmon.model import LevelResult  # noqa: E402
 from specmon.report.data import ReportArm  # noqa: E402
@@ -54,6 +57,8 @@ def _knee_legend(ax) -> None:
     handles = list(arms[0]) + [Line2D([], [], linestyle="none", marker=m, markerfacecolor="none",
                                       markeredgecolor="black", markersize=8, label=f"knee: {n}")
                                for n, m in KNEE_MARKERS.items()]
+    handles.append(Line2D([], [], linestyle="none", marker="x", color="grey", label="invalid level (client-bound)"))
+    handles.append(Line2D([], [], linestyle=":", color="black", label="predicted knee (KV pool / cap)"))
     ax.legend(handles=handles, fontsize=7, loc="best")
 
 
@@ -69,13 +74,19 @@ def _vs_c(arms: Sequence[ReportArm], metric: Metric, ylabel: str, title: str, kn
             xs2, ys2 = _series(arm, second)
             if xs2:
                 ax.plot(xs2, ys2, "--", color=color, marker=".", label=f"{arm.key} {second_label}")
+        bad = [(lv.offered_concurrency, metric(lv)) for lv in arm.levels if not lv.valid and metric(lv) is not None]
+        if bad:
+            ax.plot([c for c, _ in bad], [y for _, y in bad], "x", color="grey", markersize=8, zorder=4)
         if knees:
             _mark_knees(ax, arm, metric)
+            if arm.predicted_knee is not None:
+                ax.axvline(arm.predicted_knee, color=color, linestyle=":", linewidth=1)
     ax.set_xlabel("offered concurrency C")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if logy:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.grid(True, alpha=0.3, which="both")
     _knee_legend(ax) if knees else ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
