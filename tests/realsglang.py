@@ -39,3 +39,92 @@ def missing() -> str | None:
     if not SGLANG_PYTHON.exists():
         return f"real SGLang venv not found at {SGLANG_VENV} (build it with {REAL_DIR}/setup.sh; set SPECMON_SGLANG_VENV)"
     return None
+
+
+# ---- starting one real server (test helper) ---------------------------------------------------
+
+import contextlib  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.request  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Iterator  # noqa: E402
+
+READY_LINE = "The server is fired up and ready to roll!"
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RealServer:
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def launch_argv(port: int, *flags: str, metrics: bool = True) -> list[str]:
+    """`python -m sglang.launch_server` as serve.sh runs it; metrics=False leaves --enable-metrics out
+    (serve.sh always sets it)."""
+    argv = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL), "--device", "cpu",
+            "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", "8192"]
+    return argv + (["--enable-metrics"] if metrics else []) + list(flags)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the server's process group (launcher, scheduler, detokenizer), SIGKILL what is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@contextlib.contextmanager
+def start_real(log_path: Path, *flags: str, metrics: bool = True, timeout_s: float = 300.0) -> Iterator[RealServer]:
+    """A real SGLang server on a free loopback port, ready (/health 200), stopped with its group at exit."""
+    port = free_port()
+    env = dict(os.environ, **CPU_ENV)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(launch_argv(port, *flags, metrics=metrics), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    server = RealServer(url=f"http://127.0.0.1:{port}", port=port, proc=proc, log_path=log_path)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"real SGLang exited ({proc.returncode}): {server.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"real SGLang not ready in {timeout_s:g} s: {server.log_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(server.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        yield server
+    finally:
+        stop_group(proc)
+        log.close()

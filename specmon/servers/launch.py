@@ -35,7 +35,7 @@ import httpx
 
 from specmon.errors import ServerError
 from specmon.model import ArmPhase, ArmSpec, Event, LogLine, Sample
-from specmon.servers.layout import ArmLayout, Layout
+from specmon.servers.layout import ArmLayout, Layout, expand_env
 from specmon.sources import logparse as lp
 
 Emit = Callable[[Event], None]
@@ -91,7 +91,8 @@ def build_argv(layout: Layout, arm: ArmLayout, port: int, env: Optional[dict[str
     # `python` in a layout means the interpreter specmon runs in, so the same venv serves.
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
-    return command + flag_args(arm.launch.flags) + ["--host", arm.launch.host, "--port", str(port)]
+    flags = {k: expand_env(v, env) for k, v in arm.launch.flags.items()}
+    return command + flag_args(flags) + ["--host", arm.launch.host, "--port", str(port)]
 
 
 def build_env(arm: ArmLayout, base: Optional[dict[str, str]] = None) -> dict[str, str]:

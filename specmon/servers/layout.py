@@ -13,6 +13,9 @@ Schema (every key optional unless marked):
     command: [str, ...]             # replaces `python -m sglang.launch_server` for every launched arm
                                     # (e.g. [python, -m, specmon.servers.sim]); env SPECMON_SGLANG_COMMAND
                                     # does the same for layouts that do not set it
+                                    # `${VAR}` in a command part or a flag value is the environment
+                                    # variable VAR (e.g. [${SPECMON_SGLANG_VENV}/bin/python, ...]); an
+                                    # unset one is refused before anything starts
     startup_timeout_s: float        # per arm, default 900
     interval_s: float               # seconds between scrapes, default 1
     arms:                           # required, at least one
@@ -70,6 +73,21 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCALAR = (str, int, float, bool)
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def env_refs(value: Any) -> list[str]:
+    """Names of the `${VAR}` references in a string (none in other values)."""
+    return _ENV_REF.findall(value) if isinstance(value, str) else []
+
+
+def expand_env(value: Any, env: Optional[dict[str, str]] = None) -> Any:
+    """`${VAR}` -> the variable's value (a layout names machine-specific paths this way, so a shipped
+    file need not hard-code them). Non-strings pass through; unset variables stay as written."""
+    if not isinstance(value, str):
+        return value
+    env = os.environ if env is None else env
+    return _ENV_REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
 
 
 class _Strict(BaseModel):
@@ -274,9 +292,9 @@ class Layout(_Strict):
         """Program and leading arguments for a launched arm (before the flags)."""
         assert arm.launch is not None
         if arm.launch.command:
-            return list(arm.launch.command)
+            return [expand_env(part, env) for part in arm.launch.command]
         if self.command:
-            return list(self.command)
+            return [expand_env(part, env) for part in self.command]
         text = (os.environ if env is None else env).get(COMMAND_ENV)
         if text:
             return shlex.split(text)
@@ -379,6 +397,14 @@ def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> 
                 warnings.append(f"arms[{i}]: attached arm {arm.name!r} cannot be restarted between levels")
             continue
         flags = arm.launch.flags
+        environ = os.environ if env is None else {**os.environ, **env}
+        raw_command = arm.launch.command or layout.command or []
+        refs = [(f"command[{j}]" if not arm.launch.command else f"{where}.command[{j}]", name)
+                for j, part in enumerate(raw_command) for name in env_refs(part)]
+        refs += [(f"{where}.flags.{k}", name) for k, v in flags.items() for name in env_refs(v)]
+        for key, name in refs:
+            if name not in environ and name not in arm.launch.env:
+                errors.append(f"{key}: uses ${{{name}}}, but the environment variable {name} is not set")
         command = layout.server_command(arm, env)
         sim = is_sim_command(command)
         # SGLang's own entry points need --model-path; wrappers and the simulator may not.

@@ -1,0 +1,349 @@
+"""specmon against a real SGLang 0.5.10.post1 server (CPU engine, tiny random-weight model).
+
+One server per module (each start costs 15-40 s of a 2-core machine): `real` runs with
+--enable-metrics (as serve.sh does) and --decode-log-interval 20; `real_nometrics` without it.
+What is proved here:
+- attach: every gauge-backed value of a Sample, and its samples.csv row, equals what /metrics said
+  (scraped by this test right before and right after specmon's tick, with its own parser; only
+  ticks where both agree are judged, as gauges move only on scheduler reports), idle and loaded;
+- a server without speculation shows "no speculation" (accept_length None, spec_enabled False);
+- without --enable-metrics the /v1/loads fallback is used and labelled;
+- SGLang's own Decode/Prefill batch lines agree with /metrics within their update rules;
+- the ramp on the default 8,192-token pool: the knee where SGLang really stops admitting (it
+  reserves decode room), queueing TTFT, achieved concurrency; specmon's prediction matches it;
+- specmon's client vs `sglang.bench_serving` on the same server and level: mean TTFT and output
+  throughput within 5 %.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import random
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import realsglang as rs
+from specmon.load.ramp import RampDriver
+from specmon.model import ArmSpec, RampPlan, Sample
+from specmon.session.live import LiveSession
+from specmon.sources import logparse as lp
+from specmon.sources.predict import predicted_knee
+from specmon.sources.sglang import ArmCollector
+
+pytestmark = [pytest.mark.real_sglang, pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")]
+
+ISL, OSL = 1024, 256
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    log = tmp_path_factory.mktemp("real") / "server.log"
+    with rs.start_real(log, "--decode-log-interval", "20") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def real_nometrics(tmp_path_factory):
+    log = tmp_path_factory.mktemp("real-nometrics") / "server.log"
+    with rs.start_real(log, "--decode-log-interval", "20", metrics=False) as server:
+        yield server
+
+
+# ---- the test's own reading of /metrics (not specmon's parser) -------------------------------
+
+_GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
+           "gen_throughput", "num_requests_total", "spec_accept_length", "new_token_ratio")
+
+
+def gauges(text: str) -> dict[str, float]:
+    out = {}
+    for name in _GAUGES:
+        m = re.search(r"^sglang:" + name + r"(?:\{([^}]*)\})? (\S+)$", text, re.M)
+        if m:
+            out[name] = float(m.group(2))
+    return out
+
+
+async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    return gauges((await client.get(url + "/metrics")).text)
+
+
+def last_stats_line(log: str) -> str | None:
+    lines = [x for x in log.splitlines() if "Decode batch" in x or "Prefill batch" in x]
+    return lines[-1] if lines else None
+
+
+def prompt_ids(n: int, seed: int) -> list[int]:
+    rnd = random.Random(seed)
+    return [rnd.randint(10, 4000) for _ in range(n)]
+
+
+async def background_load(url: str, concurrency: int, stop: asyncio.Event, isl: int = ISL, osl: int = OSL) -> int:
+    """Closed-loop load with SGLang's native API until `stop`; returns requests finished."""
+    done = 0
+
+    async def worker(k: int) -> None:
+        nonlocal done
+        async with httpx.AsyncClient(timeout=600) as c:
+            i = 0
+            while not stop.is_set():
+                body = {"input_ids": prompt_ids(isl, k * 1000 + i), "stream": True,
+                        "sampling_params": {"max_new_tokens": osl, "ignore_eos": True}}
+                async with c.stream("POST", url + "/generate", json=body) as r:
+                    async for _ in r.aiter_bytes():
+                        if stop.is_set():
+                            break
+                done += 1
+                i += 1
+
+    tasks = [asyncio.create_task(worker(k)) for k in range(concurrency)]
+    await stop.wait()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return done
+
+
+def check_equal(s: Sample, g: dict[str, float]) -> list[str]:
+    """Differences between specmon's Sample and SGLang's gauges at the same moment."""
+    want = {
+        "running_reqs": int(g["num_running_reqs"]), "queued_reqs": int(g["num_queue_reqs"]),
+        "kv_used_tokens": int(g["num_used_tokens"]), "kv_capacity_tokens": int(g["max_total_num_tokens"]),
+        "kv_usage": g["token_usage"], "gen_tok_s_gauge": g["gen_throughput"],
+        "requests_finished_total": g.get("num_requests_total"),
+        "accept_length": None, "spec_enabled": False, "source": "metrics", "state": "up",
+    }
+    return [f"{k}: specmon {getattr(s, k)!r} != sglang {v!r}" for k, v in want.items() if getattr(s, k) != v]
+
+
+def csv_row_matches(path: Path, s: Sample) -> list[str]:
+    rows = [r for r in csv.DictReader(open(path, newline="")) if r["arm"] == s.arm and r["ts"]]
+    row = min(rows, key=lambda r: abs(float(r["ts"]) - s.ts))
+    bad = []
+    for k in ("running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens", "kv_usage",
+              "gen_tok_s_gauge", "requests_finished_total", "accept_length", "spec_enabled", "source"):
+        v = getattr(s, k)
+        text = row[k]
+        if v is None:
+            ok = text == ""
+        elif isinstance(v, bool):
+            ok = text.lower() in (str(v).lower(), str(int(v)))
+        elif isinstance(v, (int, float)):
+            # samples.csv keeps 6 significant digits (the recorder formats floats with %.6g)
+            ok = text != "" and float(text) == pytest.approx(float(v), rel=5e-6, abs=1e-12)
+        else:
+            ok = text == str(v)
+        if not ok:
+            bad.append(f"samples.csv {k}: {text!r} != {v!r}")
+    return bad
+
+
+# ---- attach -----------------------------------------------------------------------------------
+
+
+async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
+    arm = ArmSpec(name="real", url=real.url)
+    live = LiveSession([arm], interval=1.0, out_dir=tmp_path / "s")
+    live._start_collectors()
+    judged = {"idle": 0, "loaded": 0}
+    log_checked = 0
+    problems: list[str] = []
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def round_(phase: str) -> None:
+                nonlocal log_checked
+                l0 = last_stats_line(real.log_text())
+                a = await scrape(c, real.url)
+                tick = await live.tick(lambda e: None, deadline_s=10.0)
+                b = await scrape(c, real.url)
+                l1 = last_stats_line(real.log_text())
+                s = tick.samples[0]
+                assert s.up and s.source == "metrics", (s.state, s.reason)
+                if a != b:
+                    return  # a scheduler report landed during the tick: nothing to judge
+                judged[phase] += 1
+                problems.extend(f"{phase}: {p}" for p in check_equal(s, a))
+                problems.extend(f"{phase}: {p}" for p in csv_row_matches(tmp_path / "s" / "samples.csv", s))
+                if phase == "loaded" and l0 == l1 and l1 is not None:
+                    log_checked += 1
+                    problems.extend(f"log: {p}" for p in log_agrees(l1, a))
+
+            for _ in range(3):
+                await round_("idle")
+            stop = asyncio.Event()
+            load = asyncio.create_task(background_load(real.url, 4, stop))
+            await asyncio.sleep(4.0)  # past the first prefills
+            for _ in range(14):
+                await round_("loaded")
+                await asyncio.sleep(0.3)
+            stop.set()
+            await load
+    finally:
+        await live._close_collectors()
+        live.recorder.close("test")
+    assert not problems, problems
+    assert judged["idle"] >= 2 and judged["loaded"] >= 4, judged
+    assert log_checked >= 2, "too few quiet moments to compare the log with /metrics"
+
+
+def log_agrees(line: str, g: dict[str, float]) -> list[str]:
+    """SGLang's log line vs its gauges: both written by the same report (scheduler_metrics_mixin).
+    Decode: running, #token, queue exact; usage and throughput as printed (2 decimals).
+    Prefill: #running-req is the batch before the new sequences, as is the gauge."""
+    bad = []
+    d = lp.parse_decode(line)
+    if d is not None:
+        pairs = [("running", d.running, int(g["num_running_reqs"])), ("#token", d.tokens, int(g["num_used_tokens"])),
+                 ("queue", d.queued, int(g["num_queue_reqs"])),
+                 ("usage", d.token_usage, round(g["token_usage"], 2)),
+                 ("gen throughput", d.gen_tok_s, round(g["gen_throughput"], 2))]
+    else:
+        p = lp.parse_prefill(line)
+        assert p is not None, line
+        pairs = [("running", p.running, int(g["num_running_reqs"])), ("queue", p.queued, int(g["num_queue_reqs"])),
+                 ("usage", p.token_usage, round(g["token_usage"], 2))]
+    for what, logged, metric in pairs:
+        if logged != pytest.approx(metric, abs=0.0051 if isinstance(metric, float) else 0):
+            bad.append(f"{what}: log {logged} vs /metrics {metric} in {line[-160:]!r}")
+    return bad
+
+
+async def test_no_speculation_is_not_zero(real):
+    c = ArmCollector(ArmSpec(name="real", url=real.url))
+    try:
+        s = await c.scrape()
+    finally:
+        await c.aclose()
+    raw = gauges(httpx.get(real.url + "/metrics").text)
+    assert raw["spec_accept_length"] == 0.0  # SGLang exports 0.0 without speculation ...
+    assert s.accept_length is None and s.accept_rate is None and s.spec_enabled is False  # ... specmon says none
+    assert c.info is not None and c.info.speculative_algorithm is None and c.info.kv_capacity_tokens == 8192
+
+
+async def test_without_metrics_uses_v1_loads(real_nometrics):
+    url = real_nometrics.url
+    assert httpx.get(url + "/metrics").status_code == 404
+    c = ArmCollector(ArmSpec(name="plain", url=url))
+    judged = 0
+    try:
+        async with httpx.AsyncClient(timeout=30) as h:
+            stop = asyncio.Event()
+            load = asyncio.create_task(background_load(url, 3, stop, osl=128))
+            await asyncio.sleep(3.0)
+            for _ in range(8):
+                a = (await h.get(url + "/v1/loads")).json()["loads"][0]
+                s = await c.scrape()
+                b = (await h.get(url + "/v1/loads")).json()["loads"][0]
+                assert s.source == "loads" and s.up, (s.state, s.reason)
+                assert s.accept_length is None and s.spec_enabled is False
+                assert s.gen_tok_s_gauge is None  # SGLang leaves it at 0 without metrics: not a measurement
+                # /v1/loads is computed at call time, so #token moves with every decode step:
+                # the counts must agree when they held still, the tokens lie between the two readings.
+                keys = ("num_running_reqs", "num_waiting_reqs", "max_total_num_tokens")
+                if all(a[k] == b[k] for k in keys):
+                    judged += 1
+                    assert (s.running_reqs, s.queued_reqs, s.kv_capacity_tokens) == tuple(a[k] for k in keys)
+                    lo, hi = sorted((a["num_used_tokens"], b["num_used_tokens"]))
+                    assert lo <= s.kv_used_tokens <= hi
+                await asyncio.sleep(0.2)
+            stop.set()
+            await load
+            await asyncio.sleep(1.0)
+            a = (await h.get(url + "/v1/loads")).json()["loads"][0]
+            s = await c.scrape()
+            assert (s.running_reqs, s.queued_reqs, s.kv_used_tokens, s.kv_capacity_tokens, s.kv_usage) == (
+                a["num_running_reqs"], a["num_waiting_reqs"], a["num_used_tokens"], a["max_total_num_tokens"],
+                a["token_usage"])
+    finally:
+        await c.aclose()
+    assert judged >= 1
+
+
+# ---- ramp: the knee as SGLang really behaves ------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_ramp_knee_queueing_and_prediction(real, tmp_path):
+    levels = [2, 4, 6, 8, 12]
+    plan = RampPlan(levels=levels, input_len=ISL, output_len=OSL, level_duration_s=None,
+                    requests_per_level=12, settle_s=0.0, flush_cache=True)
+    arm = ArmSpec(name="real", url=real.url)
+    ramp = RampDriver([arm], plan)
+    live = LiveSession([arm], interval=0.5, out_dir=tmp_path / "s", ramp=ramp, isl=ISL, osl=OSL)
+    knees = []
+    t0 = time.monotonic()
+    asyncio.run(live.run(lambda e: knees.append(e) if type(e).__name__ == "KneeCalled" else None, asyncio.Event()))
+    wall = time.monotonic() - t0
+    rows = {int(r["offered_concurrency"]): r for r in csv.DictReader(open(tmp_path / "s" / "levels.csv"))}
+    samples = [r for r in csv.DictReader(open(tmp_path / "s" / "samples.csv")) if r["running_reqs"]]
+    running_max = {c: max(int(r["running_reqs"]) for r in samples if r["offered_concurrency"] == str(c))
+                   for c in levels}
+    ttft = {c: float(rows[c]["ttft_mean_s"]) for c in levels}
+    ach = {c: float(rows[c]["achieved_concurrency"]) for c in levels}
+    report = (f"ramp wall {wall:.0f} s; running max {running_max}; achieved {ach}; ttft mean {ttft}; "
+              f"knees {[(k.definition, k.concurrency, k.detail) for k in knees]}")
+    print(report)
+    assert all(int(rows[c]["ok"]) == 12 and rows[c]["failed"] == "0" for c in levels), report
+    # SGLang admits a request only if the pool also holds its decode reserve: 1024 + 256 x
+    # new_token_ratio (0.7 at start) = 1203 tokens -> floor(8192 / 1203) = 6 run at once, not 8192 / 1280 = 6.4.
+    assert max(running_max.values()) == 6, report
+    assert running_max[2] == 2 and running_max[4] == 4
+    pred = next(k for k in knees if k.definition == "predicted")
+    assert pred.concurrency == 6, pred
+    # Queueing above the knee: TTFT grows by whole request lifetimes, not by prefill cost.
+    assert ttft[12] > 4 * ttft[4], report
+    assert ach[12] <= 6.5 and ach[2] == pytest.approx(2, abs=0.5), report
+
+
+# ---- specmon's client vs SGLang's bench_serving ---------------------------------------------
+
+
+def bench_serving(url: str, c: int, n: int, out: Path) -> dict:
+    cmd = [str(rs.SGLANG_PYTHON), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
+           "--dataset-name", "random-ids", "--random-input-len", str(ISL), "--random-output-len", str(OSL),
+           "--random-range-ratio", "1", "--num-prompts", str(n), "--max-concurrency", str(c),
+           "--tokenizer", str(rs.TINY_MODEL), "--disable-tqdm", "--output-file", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=out.parent,
+                       env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return json.loads(out.read_text().strip().splitlines()[-1].replace("Infinity", "1e999"))
+
+
+def specmon_level(url: str, c: int, n: int, out: Path) -> dict:
+    plan = RampPlan(levels=[c], input_len=ISL, output_len=OSL, level_duration_s=None, requests_per_level=n,
+                    settle_s=0.0)
+    arm = ArmSpec(name="real", url=url)
+    ramp = RampDriver([arm], plan)
+    live = LiveSession([arm], interval=1.0, out_dir=out, ramp=ramp, isl=ISL, osl=OSL)
+    asyncio.run(live.run(lambda e: None, asyncio.Event()))
+    outs = [o for o in ramp.last_outcomes["real"] if o.status == "ok"]
+    assert len(outs) == n
+    toks = sum(o.completion_tokens for o in outs)
+    # bench_serving's definitions: TTFT to the first chunk that carries output; throughput =
+    # all output tokens / (end of the last request - start of the first).
+    span = max(o.wall(o.t_end) for o in outs) - min(o.t_sent_wall for o in outs)
+    return {"mean_ttft_ms": statistics.fmean(o.ttft for o in outs) * 1000, "output_throughput": toks / span,
+            "completed": len(outs)}
+
+
+@pytest.mark.timeout(900)
+def test_client_agrees_with_bench_serving(real, tmp_path):
+    c, n = 4, 16
+    bench = bench_serving(real.url, c, n, tmp_path / "bench.jsonl")
+    ours = specmon_level(real.url, c, n, tmp_path / "s")
+    r_ttft = ours["mean_ttft_ms"] / bench["mean_ttft_ms"]
+    r_tput = ours["output_throughput"] / bench["output_throughput"]
+    print(f"C={c} n={n}: bench TTFT {bench['mean_ttft_ms']:.1f} ms, tok/s {bench['output_throughput']:.1f}; "
+          f"specmon TTFT {ours['mean_ttft_ms']:.1f} ms, tok/s {ours['output_throughput']:.1f}; "
+          f"ratios TTFT {r_ttft:.3f}, tok/s {r_tput:.3f}")
+    assert bench["completed"] == n and ours["completed"] == n
+    assert r_ttft == pytest.approx(1.0, abs=0.05)
+    assert r_tput == pytest.approx(1.0, abs=0.05)
