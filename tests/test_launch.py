@@ -19,8 +19,10 @@ import pytest
 from specmon.errors import ServerError
 from specmon.model import ArmPhase, LogLine
 from specmon.servers.launch import Supervisor
-from specmon.servers.layout import parse_layout
+from specmon.servers.layout import load_layout, parse_layout
 from specmon.sources import logparse as lp
+
+import realsglang as rs
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
@@ -370,39 +372,102 @@ def test_demo_command_short(tmp_path):
     assert "--speed 40" in (tmp_path / "d" / "logs" / "fp8-mtp.log").read_text().splitlines()[0]
 
 
-REAL_VENV = Path("/work/sglvenv")
-SERVE = Path("/work/shared/real-sglang/serve.sh")
+# ---- the real SGLang server (CPU engine): tests/realsglang.py says where it lives -------------
+
+
+def real_env() -> dict[str, str]:
+    return dict(os.environ, SPECMON_SGLANG_VENV=str(rs.SGLANG_VENV), SPECMON_REAL_SGLANG_DIR=str(rs.REAL_DIR))
 
 
 @pytest.mark.real_sglang
-@pytest.mark.skipif(not (REAL_VENV.exists() and SERVE.exists()), reason="real SGLang venv not built")
-async def test_real_sglang_phases_log_source_and_group_kill(tmp_path):
-    """The real SGLang server (CPU engine): phases from its own lines, the KV pool from the log, and
-    stop() takes down its scheduler and detokenizer processes too."""
-    layout = layout_of(f"""
-        arms:
-          - name: real
-            launch:
-              # serve.sh wants the port as its 2nd argument; specmon appends --host/--port last.
-              command: [bash, -c, 'exec bash {SERVE} {REAL_VENV} "${{@: -1}}" "$@"', serve]
-              flags: {{decode_log_interval: 5}}
-              startup_timeout_s: 400
-        """)
+@pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")
+@pytest.mark.timeout(900)
+async def test_real_sglang_layout_phases_restart_and_group_kill(tmp_path):
+    """The shipped layouts/real-sglang-cpu.yaml: `python -m sglang.launch_server` from the venv named
+    by $SPECMON_SGLANG_VENV, phases from SGLang's own lines, the KV pool from the log, a restart
+    (as between levels) whose first server's processes are all gone, and stop() taking down the
+    scheduler and detokenizer processes too."""
+    env = real_env()
+    layout, warnings = load_layout(REPO / "layouts" / "real-sglang-cpu.yaml", env=env)
+    assert not warnings
     events = []
-    sup = Supervisor(layout, tmp_path, grace_s=15)
+    sup = Supervisor(layout, tmp_path, grace_s=15, env=env)
+    first: list[int] = []
+    pids: list[int] = []
     try:
         await sup.start(events.append)
-        a = sup.launched["real"]
+        a = sup.launched["tiny-cpu"]
         assert a.ready, sup.failed()
+        assert a.argv[:3] == [str(rs.SGLANG_PYTHON), "-m", "sglang.launch_server"]
+        assert f"{rs.REAL_DIR}/tiny-llama" in a.argv
         phases = [e.phase for e in events if isinstance(e, ArmPhase)]
-        for phase in (lp.PHASE_LOADING, lp.PHASE_KV_POOL, lp.PHASE_HTTP_UP, lp.PHASE_READY):
+        for phase in (lp.PHASE_LOADING, lp.PHASE_LOADED, lp.PHASE_KV_POOL, lp.PHASE_HTTP_UP, lp.PHASE_READY):
             assert phase in phases
+        assert phases.index(lp.PHASE_LOADING) < phases.index(lp.PHASE_KV_POOL) < phases.index(lp.PHASE_READY)
         from specmon.model import Sample
 
-        s = sup.fill_from_log(Sample(ts=time.time(), arm="real", up=True))
+        s = sup.fill_from_log(Sample(ts=time.time(), arm="tiny-cpu", up=True))
         assert s.kv_capacity_tokens == 8192
+        first = group_pids(a.proc.pid)
+        assert len(first) >= 3  # launcher, scheduler, detokenizer
+        await sup.restart(events.append)
+        assert a.ready and a.starts == 2, sup.failed()
+        assert gone(first) == []  # the first server left nothing behind
         pids = group_pids(a.proc.pid)
-        assert len(pids) >= 3  # launcher, scheduler, detokenizer
+        assert len(pids) >= 3 and not set(pids) & set(first)
+        import httpx
+
+        async with httpx.AsyncClient(timeout=60) as c:
+            r = await c.post(a.spec.url + "/generate", json={"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4}})
+        assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 4
     finally:
         sup.stop()
     assert gone(pids) == []
+    log = (tmp_path / "logs" / "tiny-cpu.log").read_text()
+    assert log.count("----- specmon: start #") == 2 and log.count(lp.READY_TEXT) == 2
+
+
+@pytest.mark.real_sglang
+@pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")
+@pytest.mark.timeout(900)
+async def test_real_sglang_startup_failures_named(tmp_path):
+    """SGLang's own start-up failures, each recognised from its real output and named. The flags go
+    through the command (the layout check would refuse them before launch, which is the first line
+    of defence); a taken port is refused before anything starts."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    env = real_env()
+    base = f"[{rs.SGLANG_PYTHON}, -m, sglang.launch_server"
+    common = f"--device, cpu, --load-format, dummy, --model-path, {rs.TINY_MODEL}"
+    layout, _ = parse_layout(textwrap.dedent(f"""
+        startup_timeout_s: 300
+        arms:
+          - name: kvdtype
+            launch: {{command: {base}, --kv-cache-dtype, fp3, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+          - name: quant
+            launch: {{command: {base}, --quantization, nosuchq, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+          - name: nomodel
+            launch: {{command: {base}, --device, cpu, --load-format, dummy, --model-path, {tmp_path}/no-such-model],
+                      env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+          - name: memfrac
+            launch: {{command: {base}, --mem-fraction-static, "1.5", {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+          - name: taken
+            launch: {{port: {port}, command: {base}, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+        """), "failures.yaml", env=env)
+    sup = Supervisor(layout, tmp_path, grace_s=10, env=env)
+    try:
+        with pytest.raises(ServerError) as err:
+            await sup.start(lambda e: None)
+        failed = sup.failed()
+    finally:
+        sup.stop()
+        holder.close()
+    print(failed)
+    assert failed["taken"].startswith(f"port in use: 127.0.0.1:{port}") and sup.launched["taken"].proc is None
+    assert failed["kvdtype"].startswith("bad flag: argument --kv-cache-dtype: invalid choice: 'fp3'")
+    assert failed["quant"].startswith("bad flag: argument --quantization: invalid choice: 'nosuchq'")
+    assert failed["nomodel"].startswith("model path not found")
+    assert "mem-fraction-static" in failed["memfrac"] or "mem_fraction_static" in failed["memfrac"]
+    assert "kvdtype" in str(err.value) and "Traceback" not in str(err.value)

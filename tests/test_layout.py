@@ -184,3 +184,27 @@ def test_cli_bad_layout_exit_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == f"specmon: error: {p}: arms[0].launch.port: expected an integer, got 'abc'"
     assert "Traceback" not in r.stderr and not (tmp_path / "specmon-sessions").exists()
+
+
+def test_env_references_in_command_and_flags():
+    """`${VAR}` names machine-specific paths (the real-SGLang layout's venv and model); an unset one
+    is refused before anything starts, naming the key and the variable."""
+    text = ('command: ["${VENV}/bin/python", -m, sglang.launch_server]\n'
+            "arms:\n  - name: a\n    launch: {flags: {model_path: '${MODELS}/tiny', device: cpu}}\n")
+    env = {"VENV": "/opt/sgl", "MODELS": "/data/m"}
+    layout, _ = parse_layout(text, "x.yaml", env=env)
+    argv = build_argv(layout, layout.arms[0], 7, env=env)
+    assert argv[:3] == ["/opt/sgl/bin/python", "-m", "sglang.launch_server"]
+    assert argv[3:7] == ["--model-path", "/data/m/tiny", "--device", "cpu"]
+    with pytest.raises(UsageError, match=r"^x.yaml: command\[0\]: uses \$\{VENV\}, but the environment variable VENV is not set$"):
+        parse_layout(text, "x.yaml", env={"MODELS": "/data/m", "VENV_X": "1"})
+
+
+def test_real_sglang_layout_needs_its_two_variables():
+    real = Path(__file__).resolve().parents[1] / "layouts" / "real-sglang-cpu.yaml"
+    env = {"SPECMON_SGLANG_VENV": "/v", "SPECMON_REAL_SGLANG_DIR": "/r"}
+    layout, warnings = load_layout(real, env=env)
+    argv = build_argv(layout, layout.arms[0], 9, env=env)
+    assert argv[:3] == ["/v/bin/python", "-m", "sglang.launch_server"] and "/r/tiny-llama" in argv
+    assert build_env(layout.arms[0], {})["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert layout.plan().levels == [2, 4, 6, 8, 12]

@@ -273,8 +273,13 @@ async def test_without_metrics_uses_v1_loads(real_nometrics):
 @pytest.mark.timeout(900)
 def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     levels = [2, 4, 6, 8, 12]
-    plan = RampPlan(levels=levels, input_len=ISL, output_len=OSL, level_duration_s=None,
-                    requests_per_level=12, settle_s=0.0, flush_cache=True)
+    # Timed levels: with a request count equal to C the level stops issuing at once and leaves no
+    # window to measure (level 12 came out 0.03 s long, "client held only 5.3 of 12").
+    # No settle: each level starts from an idle server (flush_cache waits for it), and at 12 the
+    # first wave is the one that queues; on a busy 2-core machine a request lives 15-30 s, so a
+    # settle would leave the window with no request sent inside it.
+    plan = RampPlan(levels=levels, input_len=ISL, output_len=OSL, level_duration_s=25.0, settle_s=0.0,
+                    flush_cache=True)
     arm = ArmSpec(name="real", url=real.url)
     ramp = RampDriver([arm], plan)
     live = LiveSession([arm], interval=0.5, out_dir=tmp_path / "s", ramp=ramp, isl=ISL, osl=OSL)
@@ -286,12 +291,14 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     samples = [r for r in csv.DictReader(open(tmp_path / "s" / "samples.csv")) if r["running_reqs"]]
     running_max = {c: max(int(r["running_reqs"]) for r in samples if r["offered_concurrency"] == str(c))
                    for c in levels}
-    ttft = {c: float(rows[c]["ttft_mean_s"]) for c in levels}
-    ach = {c: float(rows[c]["achieved_concurrency"]) for c in levels}
-    report = (f"ramp wall {wall:.0f} s; running max {running_max}; achieved {ach}; ttft mean {ttft}; "
+    table = (tmp_path / "s" / "levels.csv").read_text()
+    print(table)
+    ttft = {c: float(rows[c]["ttft_mean_s"] or "nan") for c in levels}
+    ach = {c: float(rows[c]["achieved_concurrency"] or "nan") for c in levels}
+    report = (f"{table}\nramp wall {wall:.0f} s; running max {running_max}; achieved {ach}; ttft mean {ttft}; "
               f"knees {[(k.definition, k.concurrency, k.detail) for k in knees]}")
     print(report)
-    assert all(int(rows[c]["ok"]) == 12 and rows[c]["failed"] == "0" for c in levels), report
+    assert all(int(rows[c]["ok"]) >= c and rows[c]["failed"] == "0" for c in levels), report
     # SGLang admits a request only if the pool also holds its decode reserve: 1024 + 256 x
     # new_token_ratio (0.7 at start) = 1203 tokens -> floor(8192 / 1203) = 6 run at once, not 8192 / 1280 = 6.4.
     assert max(running_max.values()) == 6, report
@@ -301,6 +308,10 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     # Queueing above the knee: TTFT grows by whole request lifetimes, not by prefill cost.
     assert ttft[12] > 4 * ttft[4], report
     assert ach[12] <= 6.5 and ach[2] == pytest.approx(2, abs=0.5), report
+    # The queue time is the server's (histogram), never the 0.0 SGLang 0.5.10 puts in meta_info.
+    assert float(rows[12]["queue_time_mean_s"]) > 0.5 * ttft[12], report
+    queueing = [k for k in knees if k.definition == "queueing"]
+    assert queueing and queueing[-1].concurrency in (6, 8), report
 
 
 # ---- specmon's client vs SGLang's bench_serving ---------------------------------------------

@@ -49,6 +49,22 @@ def _int_after(buf: bytes, key: bytes) -> Optional[int]:
     return int(buf[start:end]) if end > start else None
 
 
+def trusted_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """meta_info without the fields the server did not really measure.
+
+    SGLang 0.5.10 sends the scheduler's time stamps through the detokenizer, and the second hop
+    drops them (its time-stats object pickles to {} there): the final meta_info then has no
+    forward_entry_time and says queue_time 0.0, prefill_*_latency null, even for a request that
+    waited seconds in the queue (seen on a real server: 0.0 for every request at 6 running + 6
+    queued, while sglang:queue_time_seconds averaged ~10 s). A 0.0 that is not a measurement must
+    not reach the CSVs: without forward_entry_time the queue time is dropped (unknown), and the
+    level falls back to the server's queue_time_seconds histogram."""
+    if "queue_time" in meta and "forward_entry_time" not in meta:
+        meta = {k: v for k, v in meta.items() if k not in ("queue_time", "prefill_waiting_latency",
+                                                           "prefill_launch_latency")}
+    return meta
+
+
 @dataclass
 class RequestOutcome:
     """Raw timing of one request (perf_counter stamps) plus what the server said at the end."""
@@ -251,7 +267,7 @@ class GenerateClient:
             try:
                 final = json.loads(last_event)
                 meta = final.get("meta_info") or {}
-                outcome.final_meta = meta
+                outcome.final_meta = trusted_meta(meta)
                 if isinstance(meta.get("completion_tokens"), int):
                     outcome.completion_tokens = meta["completion_tokens"]
                 if isinstance(meta.get("prompt_tokens"), int):

@@ -397,7 +397,7 @@ def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> 
                 warnings.append(f"arms[{i}]: attached arm {arm.name!r} cannot be restarted between levels")
             continue
         flags = arm.launch.flags
-        environ = os.environ if env is None else {**os.environ, **env}
+        environ = os.environ if env is None else env
         raw_command = arm.launch.command or layout.command or []
         refs = [(f"command[{j}]" if not arm.launch.command else f"{where}.command[{j}]", name)
                 for j, part in enumerate(raw_command) for name in env_refs(part)]

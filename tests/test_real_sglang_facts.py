@@ -1,0 +1,50 @@
+"""Fast tier: what the real SGLang 0.5.10.post1 showed (tests/test_real_sglang.py, measured on the
+CPU engine), pinned as plain facts specmon's code must honour without starting a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.load.client import trusted_meta
+from specmon.model import ArmInfo
+from specmon.sources.predict import admitted_at_once, predicted_knee
+
+# The final meta_info of a streamed /generate on the real server (--enable-metrics), for a request
+# that waited ~10 s in the queue (6 running, 6 queued): the scheduler stamps never arrive.
+REAL_FINAL_META = {
+    "id": "a1", "finish_reason": {"type": "length", "length": 32}, "prompt_tokens": 1024,
+    "weight_version": "default", "total_retractions": 0, "queue_time": 0.0, "prefill_waiting_latency": None,
+    "prefill_launch_latency": None, "reasoning_tokens": 0, "completion_tokens": 32, "cached_tokens": 0,
+    "cached_tokens_details": None, "dp_rank": None, "e2e_latency": 19.648816562999855,
+    "request_received_ts": 1796037918.0, "api_server_dispatch_finish_ts": 1796037918.01,
+    "response_sent_to_client_ts": 1796037937.6, "request_finished_ts": 1796037937.65,
+    "inference_time": 4321.5, "decode_throughput": 21.3,
+}
+
+
+def test_queue_time_without_scheduler_stamps_is_unknown_not_zero():
+    m = trusted_meta(REAL_FINAL_META)
+    assert "queue_time" not in m and "prefill_waiting_latency" not in m
+    assert m["e2e_latency"] == REAL_FINAL_META["e2e_latency"] and m["completion_tokens"] == 32
+    # A server that does send its stamps keeps its queue time.
+    stamped = dict(REAL_FINAL_META, forward_entry_time=1796037928.0, queue_time=9.9)
+    assert trusted_meta(stamped)["queue_time"] == 9.9
+
+
+def test_predicted_knee_is_what_sglang_admits():
+    # 8,192-token pool, 1,024 in / 256 out, new_token_ratio 0.7: the real server ran 6 and queued the rest.
+    assert admitted_at_once(8192, 1024, 256, 0.7) == 6
+    info = ArmInfo(kv_capacity_tokens=8192, max_running_requests=2048)
+    k = predicted_knee("real", info, 1024, 256, new_token_ratio=0.7)
+    assert k.concurrency == 6
+    assert "new_token_ratio 0.70" in k.detail and "6.4" in k.detail and "(1024+256)" in k.detail
+    # Without the gauge (no --enable-metrics) SGLang's starting ratio is assumed, and said so.
+    k = predicted_knee("real", info, 1024, 256)
+    assert k.concurrency == 6 and "assumed" in k.detail
+    # The request cap still wins when it is lower.
+    assert predicted_knee("x", ArmInfo(kv_capacity_tokens=8192, max_running_requests=4), 1024, 256, 0.7).concurrency == 4
+
+
+@pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10)])
+def test_admission_bound_examples(pool, isl, osl, ratio, n):
+    assert admitted_at_once(pool, isl, osl, ratio) == n
