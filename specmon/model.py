@@ -208,6 +208,7 @@ class RequestRecord:
     request_id: str
     t_scheduled: float  # wall clock (time.time()) when the ramp wanted to send it
     t_start: float  # wall clock when the request was sent
+    t_end: Optional[float] = None  # wall clock when its last byte arrived (None if it never ended)
     ttft_s: Optional[float] = None  # first token (not first byte) after t_start
     e2e_s: Optional[float] = None
     prompt_tokens: Optional[int] = None  # as the server counted them
@@ -221,6 +222,9 @@ class RequestRecord:
     queue_time_s: Optional[float] = None  # server-side, from meta_info when --enable-metrics
     chunks: Optional[int] = None
     in_window: bool = True  # False when it started in the settle window of its level
+    # Which clock timed ttft_s/e2e_s/tpot_s: "client" (specmon's, always for a real server) or
+    # "server" (a sped-up simulator's own stamps; see load/client.py RequestOutcome.timed).
+    timing: str = "client"
     status: str = "ok"  # ok | error | timeout | cancelled
     error: Optional[str] = None
 
@@ -230,6 +234,7 @@ REQUEST_COLUMNS = [
     "prompt_tokens", "output_tokens", "itl_mean_s", "itl_p99_s", "spec_verify_ct", "status", "error",
     # additions
     "t_scheduled", "first_byte_s", "tpot_s", "accept_length", "queue_time_s", "chunks", "in_window",
+    "timing", "t_end",
 ]
 
 

@@ -36,8 +36,16 @@ def test_tokens_counted_from_completion_tokens_and_connections_reused(monkeypatc
         # the first token have no gap of their own)
         assert len(o.itls()) == 40 - o.token_events[0][1]
         rec = o.record("a", 0, 4, 50.0, True)
-        assert rec.ttft_s == o.ttft * 50.0 and rec.spec_verify_ct == o.final_meta["spec_verify_ct"]
+        # A sped-up sim is timed by its own stamps (the client's wall overhead would count x50).
+        m = o.final_meta
+        assert rec.timing == "server"
+        assert rec.ttft_s == m["response_sent_to_client_ts"] - m["request_received_ts"]
+        assert rec.e2e_s == m["request_finished_ts"] - m["request_received_ts"]
+        assert 0 < rec.ttft_s < rec.e2e_s <= o.e2e * 50.0 * 1.01  # the sim's clock never runs ahead
+        assert rec.spec_verify_ct == m["spec_verify_ct"]
         assert rec.accept_length == 40 / rec.spec_verify_ct
+        real = o.record("a", 0, 4, 1.0, True)  # a real server: always this client's own clock
+        assert real.timing == "client" and real.ttft_s == o.ttft and real.e2e_s == o.e2e
 
 
 def test_wrong_key_is_a_recorded_error(monkeypatch):

@@ -37,6 +37,8 @@ from typing import Optional, Sequence
 from specmon.analysis.stats import mean, percentile, ratio
 from specmon.load.client import RequestOutcome
 from specmon.model import LevelResult, Sample
+from specmon.sources.derive import histogram_quantile
+from specmon.sources.prom import Histogram
 
 QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (peers C2 D2)
 KV_FULL = 0.95
@@ -59,7 +61,8 @@ class Window:
 
 def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestOutcome],
                  window: Window, level_t0: float, level_t1: float, samples: Sequence[Sample],
-                 scale: float = 1.0, max_running: Optional[int] = None) -> LevelResult:
+                 scale: float = 1.0, max_running: Optional[int] = None,
+                 queue_hist: Optional[Histogram] = None) -> LevelResult:
     r = LevelResult(arm=arm, level=level, offered_concurrency=offered)
     r.duration_s = (level_t1 - level_t0) * scale
     r.ok = sum(1 for o in outcomes if o.status == "ok")
@@ -80,13 +83,16 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
                     toks += n
         r.output_tok_s = toks / (W * scale)
 
-    ttfts = [o.ttft * scale for o in ok_in if o.ttft is not None]
-    e2es = [o.e2e * scale for o in ok_in if o.e2e is not None]
+    # TTFT and e2e in the arm's seconds: this client's clock, or a sped-up simulator's own stamps
+    # (RequestOutcome.timed says why).
+    timed = [o.timed(scale) for o in ok_in]
+    ttfts = [t for t, _, _ in timed if t is not None]
+    e2es = [e for _, e, _ in timed if e is not None]
     tpots = []
     itls: list[float] = []
-    for o in ok_in:
-        if o.ttft is not None and o.e2e is not None and o.completion_tokens and o.completion_tokens > 1:
-            tpots.append((o.e2e - o.ttft) / (o.completion_tokens - 1) * scale)
+    for o, (ttft, e2e, _) in zip(ok_in, timed):
+        if ttft is not None and e2e is not None and o.completion_tokens and o.completion_tokens > 1:
+            tpots.append((e2e - ttft) / (o.completion_tokens - 1))
         itls.extend(x * scale for x in o.itls())
     r.ttft_p50_s, r.ttft_p90_s, r.ttft_p99_s = (percentile(ttfts, q) for q in (50, 90, 99))
     r.ttft_mean_s = mean(ttfts)
@@ -126,6 +132,13 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     r.kv_usage_max = max(kvs) if kvs else None
     if r.accept_length is None:
         r.accept_length = mean(s.accept_length for s in up if s.spec_enabled is not False)
+    # Queue time: per request from meta_info when the server measured it, else the server's
+    # sglang:queue_time_seconds histogram over exactly this window (bucket deltas between the
+    # scrapes that bracket it), else the mean of the samples' sliding windows (which straddle the
+    # previous level, so it is the last resort). Real SGLang 0.5.10 drops the per-request value.
+    if r.queue_time_mean_s is None and queue_hist is not None and queue_hist.count:
+        r.queue_time_mean_s = queue_hist.sum / queue_hist.count if queue_hist.sum is not None else None
+        r.queue_time_p50_s = histogram_quantile(0.5, queue_hist.buckets)
     if r.queue_time_p50_s is None:
         r.queue_time_p50_s = percentile([s.queue_time_p50_s for s in up], 50)
     if r.queue_time_mean_s is None:
@@ -162,11 +175,18 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     eps = 0.0
     if r.ttft_mean_s is not None and r.e2e_mean_s:
         eps = offered * max(r.ttft_mean_s - (r.queue_time_mean_s or 0.0), 0.0) / r.e2e_mean_s
+    # A sped-up simulator timed by its own stamps: the rest of each request's wall span (the wire,
+    # both HTTP stacks, this client's loop), magnified by the speed, is held by neither gauge
+    # either. Little's law again: C x (client span - server span) / client span.
+    wire = [(o.e2e * scale - e2e, o.e2e * scale) for o, (_, e2e, how) in zip(ok_in, timed)
+            if how == "server" and e2e is not None and o.e2e]
+    if wire:
+        eps += offered * max(sum(w for w, _ in wire), 0.0) / sum(span for _, span in wire)
     expected = offered - eps
     if (server_seen is not None and server_seen < SERVER_SEEN_MIN * expected
             and (client_inflight is None or client_inflight >= 0.9 * offered)):
         reasons.append(f"server reported {server_seen:.1f} running+queued (mean of {len(both)} samples) where "
-                       f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill) while the client "
+                       f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill or on the wire) while the client "
                        f"held {client_inflight:.1f}: the client is the bottleneck")
     elif client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
         reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight")

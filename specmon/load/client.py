@@ -101,6 +101,34 @@ class RequestOutcome:
             return None
         return self.t_end - self.t_sent
 
+    def server_times(self) -> Optional[tuple[float, float]]:
+        """(TTFT, e2e) from the server's own stamps in the final meta_info (--enable-metrics):
+        response_sent_to_client_ts (the first response) and request_finished_ts, each minus
+        request_received_ts. None when the server did not send all three."""
+        m = self.final_meta or {}
+        rx, first, fin = (m.get(k) for k in ("request_received_ts", "response_sent_to_client_ts",
+                                             "request_finished_ts"))
+        if self.status != "ok" or not all(isinstance(v, (int, float)) for v in (rx, first, fin)):
+            return None
+        if not rx <= first <= fin:
+            return None
+        return first - rx, fin - rx
+
+    def timed(self, scale: float) -> tuple[Optional[float], Optional[float], str]:
+        """TTFT and e2e in the arm's seconds, and which clock measured them ("client"/"server").
+
+        A real server (scale 1) is always timed by this client. A simulator run `scale` times
+        faster than the clock is timed by its own stamps when it sends them: there, every wall
+        millisecond this client, its event loop or the HTTP stacks spend would count `scale`
+        times (at x20, 100 ms of loop lag on a busy 2-core box reads as 2 s of TTFT), which
+        measures the laptop, not the simulated GPU. The simulator's stamps are its ground truth."""
+        if scale != 1.0:
+            st = self.server_times()
+            if st is not None:
+                return st[0], st[1], "server"
+        ttft, e2e = self.ttft, self.e2e
+        return (None if ttft is None else ttft * scale), (None if e2e is None else e2e * scale), "client"
+
     def itls(self) -> list[float]:
         ev = self.token_events
         return spread_gaps([(ev[i][0] - ev[i - 1][0], ev[i][1]) for i in range(1, len(ev))])
@@ -113,7 +141,7 @@ class RequestOutcome:
 
         meta = self.final_meta or {}
         out = self.completion_tokens
-        ttft, e2e = self.ttft, self.e2e
+        ttft, e2e, timing = self.timed(scale)
         itl = self.itls()
         tpot = None
         if ttft is not None and e2e is not None and out is not None and out > 1:
@@ -125,9 +153,10 @@ class RequestOutcome:
             arm=arm, level=level, offered_concurrency=offered, request_id=self.request_id,
             t_scheduled=self.t_scheduled_wall,
             t_start=self.t_sent_wall if self.t_sent_wall is not None else self.t_scheduled_wall,
-            ttft_s=s(ttft), e2e_s=s(e2e), prompt_tokens=self.prompt_tokens, output_tokens=out,
+            t_end=self.wall(self.t_end) if self.t_end is not None and self.t_sent is not None else None,
+            ttft_s=ttft, e2e_s=e2e, timing=timing, prompt_tokens=self.prompt_tokens, output_tokens=out,
             itl_mean_s=s(sum(itl) / len(itl)) if itl else None,
-            itl_p99_s=s(percentile(itl, 99)), tpot_s=s(tpot),
+            itl_p99_s=s(percentile(itl, 99)), tpot_s=tpot,
             spec_verify_ct=verify if isinstance(verify, int) else None, accept_length=accept,
             first_byte_s=s(None if self.t_first_byte is None else self.t_first_byte - self.t_sent),
             # Server-side durations are already in the server's (simulated) seconds: not rescaled.

@@ -33,6 +33,8 @@ from specmon.analysis.levels import Window, level_result
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
 from specmon.load.workload import Workload
+from specmon.sources.derive import histogram_delta
+from specmon.sources.prom import Histogram
 from specmon.model import (
     ArmSpec, Event, KneeCalled, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished, RampPlan,
 )
@@ -40,6 +42,24 @@ from specmon.model import (
 Emit = Callable[[Event], None]
 INFO_WAIT_S = 20.0
 PACE_TOLERANCE = 0.03
+
+
+def _newest_metrics(live: Any, arm: str) -> Any:
+    """The arm's latest /metrics scrape (cumulative), or None (no /metrics, or not a LiveSession)."""
+    c = live.collector(arm) if hasattr(live, "collector") else None
+    return c.window.newest if c is not None and getattr(c, "window", None) is not None else None
+
+
+def _window_histogram(old: Any, new: Any, name: str) -> Optional[Histogram]:
+    """A server histogram's increase between two scrapes: the observations of one level's window.
+    None when either scrape is missing or the server restarted between them."""
+    if old is None or new is None or new is old:
+        return None
+    h_new = new.histogram(name)
+    if h_new is None:
+        return None
+    h_old = old.histogram(name)
+    return h_new if h_old is None else histogram_delta(h_new, h_old)
 
 
 def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
@@ -203,12 +223,15 @@ class RampDriver:
         cpu0 = self._load.cpu_s
         self._load.lag_stats(reset=True)
         fut = self._load.submit(self._level_on_load_loop(i, c, st, clients))
+        opened: Optional[dict[str, Any]] = None  # each arm's /metrics scrape when the window opened
         while not fut.done():
             try:
                 await asyncio.wait([fut], timeout=1.0)
             except asyncio.CancelledError:
                 fut.cancel()  # reaches the task on the load loop
                 raise
+            if opened is None and time.time() >= st.window_t0:
+                opened = {a.name: _newest_metrics(live, a.name) for a in self.arms}
             self._write_finished(st, i, c, live)
             elapsed = (time.time() - st.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
@@ -224,7 +247,9 @@ class RampDriver:
             info = live.info(arm.name)
             r = level_result(arm.name, i, c, st.outcomes[arm.name], window, st.t0, st.t_stop or t_end,
                              live.samples_for(arm.name, window.t0, window.t1), scale=self._scale(arm.name, st.outcomes[arm.name]),
-                             max_running=getattr(info, "max_running_requests", None))
+                             max_running=getattr(info, "max_running_requests", None),
+                             queue_hist=_window_histogram((opened or {}).get(arm.name), _newest_metrics(live, arm.name),
+                                                          "queue_time_seconds"))
             if st.paused_during:  # the window holds idle time: its rates and shares mean nothing
                 r.valid = False
                 r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")

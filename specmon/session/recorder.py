@@ -47,7 +47,7 @@ def _cell(v: Any, col: str) -> str:
     if isinstance(v, float):
         if v != v:  # NaN is "unknown" too
             return ""
-        if col in ("ts", "t_start", "t_scheduled"):
+        if col in ("ts", "t_start", "t_scheduled", "t_end"):  # epoch seconds: keep ms
             return f"{v:.3f}"
         return f"{v:.6g}"
     return str(v)

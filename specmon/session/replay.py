@@ -131,7 +131,9 @@ def load_session(path: Path) -> RecordedSession:
         if not (row.get("e2e_s") or "").strip():
             continue  # a request that never finished has no end
         try:
-            t_end = float(row["t_start"]) + float(row["e2e_s"]) / scales.get(row["arm"], 1.0)
+            # The wall end when recorded; older sessions only have e2e in the arm's time.
+            t_end = (float(row["t_end"]) if (row.get("t_end") or "").strip()
+                     else float(row["t_start"]) + float(row["e2e_s"]) / scales.get(row["arm"], 1.0))
             ends[(row["arm"], int(float(row["level"])))].append(t_end)
         except ValueError:
             continue  # a request that never finished has no end

@@ -139,6 +139,12 @@ class ScrapeWindow:
             return None
         return (b - a) / dt / (time_scale or 1.0)
 
+    @property
+    def newest(self) -> Optional[MetricsSnapshot]:
+        """The latest scrape (cumulative values): the ramp keeps two of these to compute
+        histogram deltas over exactly one level's window."""
+        return self._snaps[-1] if self._snaps else None
+
     def histogram_delta(self, name: str) -> Optional[Histogram]:
         base = self._base(self.window_s)
         if base is None:
