@@ -133,3 +133,16 @@ def test_level_table_columns():
     head, r1, r2 = text.splitlines()
     assert [h.strip() for h in head.split(" | ")][1:6] == ["C", "achieved", "out tok/s", "per-user tok/s", "TTFT p50/p99"]
     assert "500ms/900ms" in r1 and "80/1" in r2 and r2.rstrip().endswith("queueing")
+
+
+def test_queueing_knee_from_queue_time_share_of_ttft():
+    # The demo's FP8 arm near its knee: bursty gauges (queued > 5% of C in only a third of the
+    # samples) but most of TTFT spent waiting, by the server's own histogram.
+    lv = curve([16, 18, 20, 22], [1, 2, 3, 4], queued_share=[0.1, 0.2, 0.33, 0.6], capped_share=[0, 0.44, 0.44, 0.6],
+               ttft_mean_s=[1.4, 1.4, 3.8, 6.9], queue_time_mean_s=[0.7, 0.6, 3.1, 5.9])
+    k = queueing_knee(lv)
+    assert (k.concurrency, k.confirmed_at) == (20, 3)
+    assert "82% of its TTFT was server queue time" in k.detail
+    # 50% exactly is not "most"
+    lv[2].queue_time_mean_s = 1.9
+    assert queueing_knee(lv).concurrency != 20

@@ -13,7 +13,13 @@ D1 throughput plateau (peers.md C2):
 D2 queueing onset:
     a level queues when queued > 5 % of C in >= 80 % of its samples (queued_share >= 0.8), or
     when the server runs at its request cap / with a full KV pool for >= 80 % of them
-    (capped_share >= 0.8). The knee is the first c_k that queues, confirmed when c_{k+1} queues too.
+    (capped_share >= 0.8), or when most of the level's TTFT is server queue time (the queue
+    time histogram over the level: queue share of TTFT > 50 %, the queueing-TTFT rule below).
+    The last condition is there because the gauges are snapshots: near the knee a closed loop
+    with equal output lengths finishes requests in bursts, so the waiting list empties and
+    refills between scrapes (seen in the demo: FP8 at C=20 held 17 running and showed > 1 queued
+    in only 33 % of samples, while 82 % of its TTFT was queue). The histogram sees every request.
+    The knee is the first c_k that queues, confirmed when c_{k+1} queues too.
 Queueing TTFT: share = mean server queue time / mean TTFT of the level; above 50 % the TTFT is
     mostly waiting, and the note reads "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill" (prefill here is
     everything that is not queue: TTFT - queue).
@@ -77,8 +83,10 @@ def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) ->
 
 
 def queues(level: LevelResult, share_min: float = QUEUED_SHARE_MIN) -> bool:
+    ttft_share = queue_share(level)
     return ((level.queued_share is not None and level.queued_share >= share_min)
-            or (level.capped_share is not None and level.capped_share >= share_min))
+            or (level.capped_share is not None and level.capped_share >= share_min)
+            or (ttft_share is not None and ttft_share > QUEUE_TTFT_SHARE))
 
 
 def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE_MIN) -> KneeResult:
@@ -93,6 +101,9 @@ def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE
                 why.append(f"queued > 5% of C in {x.queued_share:.0%} of samples (mean {x.queued_mean:.1f} queued)")
             if x.capped_share is not None and x.capped_share >= share_min:
                 why.append(f"running at the cap or KV pool full in {x.capped_share:.0%} of samples")
+            share = queue_share(x)
+            if share is not None and share > QUEUE_TTFT_SHARE:
+                why.append(f"{share:.0%} of its TTFT was server queue time")
             detail = f"queueing from C={x.offered_concurrency}: " + "; ".join(why)
             note = queueing_ttft(lv[k + 1])
             if note:
