@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("layout", metavar="LAYOUT.yaml")
     p.add_argument("--out", default=None)
     p.add_argument("--headless", action="store_true")
-    p.add_argument("--interval", type=_positive_float, default=1.0)
+    p.add_argument("--interval", type=_positive_float, default=None,
+                   help="seconds between scrapes (default: the layout's interval_s, else 1)")
 
     p = sub.add_parser("ramp", help="drive a concurrency ramp against running servers")
     p.add_argument("urls", nargs="*", metavar="URL")
