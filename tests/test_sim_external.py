@@ -117,6 +117,8 @@ def test_calibration_tolerances():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import sim_calibration as cal
 
-    res = asyncio.run(cal.calibrate(speed=100.0, window=600.0, ttft_speed=30.0))
+    # 900 simulated s per level: the C=40 throughput ratio sits near the bottom of its band
+    # (1.25-1.29 on quiet runs), so a shorter window lets counting noise push it out.
+    res = asyncio.run(cal.calibrate(speed=100.0, window=900.0, ttft_speed=30.0))
     bad = cal.check(res["figures"])
     assert not bad, (bad, res["figures"])
