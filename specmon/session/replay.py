@@ -229,13 +229,22 @@ def build_events(rec: RecordedSession) -> list[Event]:
     if levels_total is None and results_by_level:
         levels_total = max(results_by_level) + 1
 
+    recorded_knees = meta.get("knees") or {}
+
     def finish(level: int, ts: float) -> None:
         results = results_by_level.pop(level, [])
         events.append(LevelFinished(level=level, results=results, ts=ts))
         for r in results:
-            if r.knee:
-                events.append(KneeCalled(arm=r.arm, definition=r.knee, concurrency=r.offered_concurrency,
-                                         detail=f"confirmed at level {level + 1}", ts=ts))
+            # session.json has every definition confirmed at this level with its knee (the level
+            # that still paid, not the confirming one); levels.csv labels only the first.
+            k = recorded_knees.get(r.arm) or {}
+            calls = [(d, k.get(d), k.get(f"{d}_detail")) for d in ("plateau", "queueing")
+                     if k.get(f"{d}_confirmed_at_level") == level]
+            if not calls and r.knee:  # older sessions: only the label
+                calls = [(r.knee, r.offered_concurrency, f"confirmed at level {level + 1}")]
+            for definition, concurrency, detail in calls:
+                events.append(KneeCalled(arm=r.arm, definition=definition, concurrency=concurrency,
+                                         detail=detail or "", ts=ts))
 
     current: Optional[int] = None
     level_t0 = 0.0

@@ -14,20 +14,25 @@ from specmon.session.replay import ReplaySource
 from specmon.tui.app import SpecmonApp
 
 REPO = Path(__file__).resolve().parent.parent.parent
-SHOTS = [("session_sim_1arm", "specmon-1arm.svg"), ("session_sim_3arm", "specmon-3arm.svg")]
+# (session, file, level to stop in: None = the last). The demo stops at C=26, past both knees of
+# FP8 and the queueing knee of NVFP4, with FP8's TTFT mostly queue.
+SHOTS = [("session_sim_1arm", "specmon-1arm.svg", None), ("session_sim_3arm", "specmon-3arm.svg", None),
+         ("session_demo_2arm", "specmon-demo.svg", 7)]
 
 
-def mid_last_level(src: ReplaySource) -> None:
-    """Cut the event list half-way through the last level's ticks."""
-    last_start = max(i for i, e in enumerate(src.events) if isinstance(e, LevelStarted))
+def mid_level(src: ReplaySource, level=None) -> None:
+    """Cut the event list half-way through one level's ticks (the last level by default)."""
+    starts = [i for i, e in enumerate(src.events) if isinstance(e, LevelStarted)
+              and (level is None or e.level == level)]
+    last_start = max(starts)
     ticks = [i for i, e in enumerate(src.events) if isinstance(e, SamplesTick) and i > last_start]
     cut = ticks[len(ticks) // 2] if ticks else len(src.events) - 1
     src.events = src.events[:cut + 2]  # the tick and its LevelProgress
 
 
-async def shoot(name: str, svg: str, size=(160, 48)) -> Path:
+async def shoot(name: str, svg: str, level=None, size=(160, 48)) -> Path:
     src = ReplaySource(REPO / "tests" / "data" / name, speed=1e9)
-    mid_last_level(src)
+    mid_level(src, level)
     src.out_dir = Path("tests/data") / name
     app = SpecmonApp(src, title=f"replay {name}")
     async with app.run_test(size=size) as pilot:
@@ -44,5 +49,5 @@ async def shoot(name: str, svg: str, size=(160, 48)) -> Path:
 
 
 if __name__ == "__main__":
-    for name, svg in SHOTS:
-        print(asyncio.run(shoot(name, svg)))
+    for name, svg, level in SHOTS:
+        print(asyncio.run(shoot(name, svg, level)))

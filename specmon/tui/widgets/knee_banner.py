@@ -26,9 +26,14 @@ class KneeBanner(StyledWidget):
                 t = Text(no_wrap=True, overflow="ellipsis")
                 t.append(" KNEE ", style=self.st("warn"))
                 t.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
-                t.append(" at C=", style=self.st("unit"))
-                t.append("—" if k.concurrency is None else f"{k.concurrency:g}", style=self.st("value"))
-                t.append(f" ({k.definition})", style=self.st("value"))
+                # Every definition confirmed so far (plateau and queueing can disagree: the gap
+                # between them is the operator's answer), the latest one's words at the end.
+                by_definition = {x.definition: x for x in arm.knees}
+                for i, (definition, x) in enumerate(by_definition.items()):
+                    t.append("  " if i == 0 else " · ", style=self.st("unit"))
+                    t.append(f"{definition} ", style=self.st("value"))
+                    t.append("C=", style=self.st("unit"))
+                    t.append("—" if x.concurrency is None else f"{x.concurrency:g}", style=self.st("value"))
                 pk = arm.predicted_knee
                 if pk is not None and pk.concurrency is not None:
                     t.append("  predicted C≈", style=self.st("unit"))
