@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import realsglang  # noqa: E402
 from simproc import start_sim  # noqa: E402
 
 from specmon.load.ramp import RampDriver  # noqa: E402
@@ -97,10 +98,10 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=160)
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=256)
-    ap.add_argument("--speed", type=float, default=2.0)
+    ap.add_argument("--speed", type=float, default=1.0)  # 1: both sides timed by their own client clocks
     ap.add_argument("--profile", default="nvfp4-mtp")
-    ap.add_argument("--sglang-python", default="/work/sglvenv/bin/python")
-    ap.add_argument("--tokenizer", default="/work/shared/real-sglang/tiny-llama")
+    ap.add_argument("--sglang-python", default=str(realsglang.SGLANG_PYTHON))
+    ap.add_argument("--tokenizer", default=str(realsglang.TINY_MODEL))
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="specmon-vs-bench-"))
     with start_sim("--profile", a.profile, "--startup-s", "1", "--enable-metrics", speed=a.speed, timeout=120) as sim:

@@ -7,10 +7,13 @@ request comes from the simulator's final meta_info, in simulated seconds:
   e2e   = e2e_latency
   ITL   = (request_finished_ts - response_sent_to_client_ts) / (output_tokens - 1)  (mean per request)
   throughput = sum(output tokens) / (last request_finished_ts - first request_received_ts)
-and specmon's figures are the client's (wall x time_scale). Prints the ratios; the target is
-within 2 % at C=150.
+and specmon's figures are the client's. Prints the ratios; the target is within 2 % at C=150.
 
-    .venv/bin/python benchmarks/ramp_fidelity.py [--concurrency 150] [--speed 5] [--duration 120]
+It runs the simulator at --speed 1 by default: against a sped-up simulator specmon times
+requests by the simulator's own stamps (load/client.py RequestOutcome.timed), which would make
+this comparison circular. At speed 1 every figure is this client's own wall-clock timing.
+
+    .venv/bin/python benchmarks/ramp_fidelity.py [--concurrency 150] [--speed 1] [--duration 120]
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from specmon.session.live import LiveSession  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, default=150)
-    ap.add_argument("--speed", type=float, default=5.0)
+    ap.add_argument("--speed", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=120.0, help="simulated seconds of the level")
     ap.add_argument("--settle", type=float, default=20.0)
     ap.add_argument("--input-len", type=int, default=1024)
