@@ -15,7 +15,7 @@ import pytest
 
 from simproc import REPO, free_port, start_sim
 
-SAMPLE = Path("/work/shared/reference/sglang-metrics-sample.prom")
+SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
 GEN = {"input_ids": list(range(1, 200)), "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
 
 
