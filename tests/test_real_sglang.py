@@ -1,7 +1,8 @@
 """specmon against a real SGLang 0.5.10.post1 server (CPU engine, tiny random-weight model).
 
 One server per module (each start costs 15-40 s of a 2-core machine): `real` runs with
---enable-metrics (as serve.sh does) and --decode-log-interval 20; `real_nometrics` without it.
+--enable-metrics (as serve.sh does) and --decode-log-interval 20; `real_nometrics` (one test,
+stopped right after it: an idle CPU-engine scheduler busy-polls a core) without it.
 What is proved here:
 - attach: every gauge-backed value of a Sample, and its samples.csv row, equals what /metrics said
   (scraped by this test right before and right after specmon's tick, with its own parser; only
@@ -22,6 +23,7 @@ import csv
 import json
 import random
 import re
+import resource
 import statistics
 import subprocess
 import time
@@ -50,10 +52,11 @@ def real(tmp_path_factory):
         yield server
 
 
-@pytest.fixture(scope="module")
-def real_nometrics(tmp_path_factory):
-    log = tmp_path_factory.mktemp("real-nometrics") / "server.log"
-    with rs.start_real(log, "--decode-log-interval", "20", metrics=False) as server:
+@pytest.fixture
+def real_nometrics(tmp_path):
+    # One test uses it, and it must not outlive that test: an idle SGLang CPU-engine scheduler
+    # busy-polls (~85 % of a core measured), which halved the pace of the ramp test next to it.
+    with rs.start_real(tmp_path / "server.log", "--decode-log-interval", "20", metrics=False) as server:
         yield server
 
 
@@ -256,7 +259,12 @@ async def test_without_metrics_uses_v1_loads(real_nometrics):
                 await asyncio.sleep(0.2)
             stop.set()
             await load
-            await asyncio.sleep(1.0)
+            # The server finishes aborting the dropped streams on its own time: wait until idle.
+            for _ in range(120):
+                a = (await h.get(url + "/v1/loads")).json()["loads"][0]
+                if a["num_running_reqs"] == 0 and a["num_waiting_reqs"] == 0:
+                    break
+                await asyncio.sleep(0.5)
             a = (await h.get(url + "/v1/loads")).json()["loads"][0]
             s = await c.scrape()
             assert (s.running_reqs, s.queued_reqs, s.kv_used_tokens, s.kv_capacity_tokens, s.kv_usage) == (
@@ -300,32 +308,66 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     print(report)
     assert all(int(rows[c]["ok"]) >= c and rows[c]["failed"] == "0" for c in levels), report
     # SGLang admits a request only if the pool also holds its decode reserve: 1024 + 256 x
-    # new_token_ratio (0.7 at start) = 1203 tokens -> floor(8192 / 1203) = 6 run at once, not 8192 / 1280 = 6.4.
-    assert max(running_max.values()) == 6, report
-    assert running_max[2] == 2 and running_max[4] == 4
+    # new_token_ratio (0.7 at start) = 1203 tokens -> a wave of equal requests: floor(8192 / 1203) = 6
+    # run at once (pool / (1024+256) would say 6.4, pool / 1024 8). In the closed loop the requests
+    # drift apart and the older ones hold smaller reserves, so a 7th slips in now and then
+    # (measured: running max 7 at C=8 and 12, running mean 5.2-5.6): never 8.
     pred = next(k for k in knees if k.definition == "predicted")
     assert pred.concurrency == 6, pred
+    assert running_max[2] == 2 and running_max[4] == 4 and running_max[6] == 6, report
+    assert running_max[8] in (6, 7) and running_max[12] in (6, 7), report
+    running_mean = {c: float(rows[c]["running_mean"]) for c in levels}
+    assert running_mean[12] <= 6.5 and float(rows[12]["queued_mean"]) >= 4, report
     # Queueing above the knee: TTFT grows by whole request lifetimes, not by prefill cost.
     assert ttft[12] > 4 * ttft[4], report
     assert ach[12] <= 6.5 and ach[2] == pytest.approx(2, abs=0.5), report
     # The queue time is the server's (histogram), never the 0.0 SGLang 0.5.10 puts in meta_info.
-    assert float(rows[12]["queue_time_mean_s"]) > 0.5 * ttft[12], report
+    qt = {c: float(rows[c]["queue_time_mean_s"] or "nan") for c in levels}
+    assert qt[12] > 1.0 and qt[12] > 5 * qt[4], report
+    # The queueing knee (peers C2: queued in most samples) lands on the first level past 6.
     queueing = [k for k in knees if k.definition == "queueing"]
-    assert queueing and queueing[-1].concurrency in (6, 8), report
+    assert queueing and queueing[-1].concurrency == 8, report
 
 
 # ---- specmon's client vs SGLang's bench_serving ---------------------------------------------
 
 
+def server_sums(url: str) -> dict[str, float]:
+    """The server's own running sums: TTFT and e2e histograms, finished requests, output tokens."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    out = {}
+    for key in ("time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
+                "e2e_request_latency_seconds_sum", "e2e_request_latency_seconds_count", "generation_tokens_total"):
+        m = re.search(r"^sglang:" + key + r"\{[^}]*\} (\S+)$", text, re.M)
+        out[key] = float(m.group(1)) if m else 0.0
+    for mode in ("prefill_compute", "prefill_cache"):
+        m = re.search(r'^sglang:realtime_tokens_total\{[^}]*mode="' + mode + r'"[^}]*\} (\S+)$', text, re.M)
+        out[mode] = float(m.group(1)) if m else 0.0
+    return out
+
+
+def server_means(before: dict, after: dict) -> dict[str, float]:
+    d = {k: after[k] - before[k] for k in after}
+    return {"ttft_ms": d["time_to_first_token_seconds_sum"] / d["time_to_first_token_seconds_count"] * 1000,
+            "e2e_ms": d["e2e_request_latency_seconds_sum"] / d["e2e_request_latency_seconds_count"] * 1000,
+            "requests": d["e2e_request_latency_seconds_count"], "tokens": d["generation_tokens_total"],
+            "prefill_compute": d["prefill_compute"], "prefill_cache": d["prefill_cache"]}
+
+
 def bench_serving(url: str, c: int, n: int, out: Path) -> dict:
+    # --warmup-requests 0: the server's histograms then hold exactly the measured requests.
     cmd = [str(rs.SGLANG_PYTHON), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
            "--dataset-name", "random-ids", "--random-input-len", str(ISL), "--random-output-len", str(OSL),
            "--random-range-ratio", "1", "--num-prompts", str(n), "--max-concurrency", str(c),
-           "--tokenizer", str(rs.TINY_MODEL), "--disable-tqdm", "--output-file", str(out)]
+           "--warmup-requests", "0", "--tokenizer", str(rs.TINY_MODEL), "--disable-tqdm", "--output-file", str(out)]
+    t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=out.parent,
                        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    return json.loads(out.read_text().strip().splitlines()[-1].replace("Infinity", "1e999"))
+    res = json.loads(out.read_text().strip().splitlines()[-1].replace("Infinity", "1e999"))
+    res["client_cpu_s"] = (t1.ru_utime + t1.ru_stime) - (t0.ru_utime + t0.ru_stime)
+    return res
 
 
 def specmon_level(url: str, c: int, n: int, out: Path) -> dict:
@@ -338,23 +380,55 @@ def specmon_level(url: str, c: int, n: int, out: Path) -> dict:
     outs = [o for o in ramp.last_outcomes["real"] if o.status == "ok"]
     assert len(outs) == n
     toks = sum(o.completion_tokens for o in outs)
-    # bench_serving's definitions: TTFT to the first chunk that carries output; throughput =
-    # all output tokens / (end of the last request - start of the first).
+    # bench_serving's definitions: TTFT from just before the POST to the first chunk carrying
+    # output; throughput = all output tokens / (end of the last request - start of the first).
     span = max(o.wall(o.t_end) for o in outs) - min(o.t_sent_wall for o in outs)
     return {"mean_ttft_ms": statistics.fmean(o.ttft for o in outs) * 1000, "output_throughput": toks / span,
-            "completed": len(outs)}
+            "mean_e2e_latency_ms": statistics.fmean(o.e2e for o in outs) * 1000, "completed": len(outs),
+            "client_cpu_s": ramp.client_stats[-1].get("client_cpu_s")}
 
 
 @pytest.mark.timeout(900)
 def test_client_agrees_with_bench_serving(real, tmp_path):
+    """Same server, same level, one client after the other. Both clients must agree with the
+    server's own histograms for their run (they measure the same thing), and with each other
+    within 5 % once the server's pace in each run is accounted for: the CPU engine shares two
+    cores with the clients (and other work), so one run can be served slower than the other;
+    the raw ratios and the server's pace are printed."""
     c, n = 4, 16
+    # An empty radix cache before each run: specmon's seeded prompts may have been sent by an
+    # earlier test on this server, and cached prefixes would make its TTFT look better.
+    assert httpx.post(real.url + "/flush_cache", timeout=60).status_code == 200
+    s0 = server_sums(real.url)
     bench = bench_serving(real.url, c, n, tmp_path / "bench.jsonl")
+    assert httpx.post(real.url + "/flush_cache", timeout=60).status_code == 200
+    s1 = server_sums(real.url)
     ours = specmon_level(real.url, c, n, tmp_path / "s")
-    r_ttft = ours["mean_ttft_ms"] / bench["mean_ttft_ms"]
-    r_tput = ours["output_throughput"] / bench["output_throughput"]
-    print(f"C={c} n={n}: bench TTFT {bench['mean_ttft_ms']:.1f} ms, tok/s {bench['output_throughput']:.1f}; "
-          f"specmon TTFT {ours['mean_ttft_ms']:.1f} ms, tok/s {ours['output_throughput']:.1f}; "
-          f"ratios TTFT {r_ttft:.3f}, tok/s {r_tput:.3f}")
+    s2 = server_sums(real.url)
+    sb, so = server_means(s0, s1), server_means(s1, s2)
+    assert sb["requests"] == n and so["requests"] == n and sb["tokens"] == so["tokens"] == n * OSL
+    # The same prefill work in both runs: every prompt token computed, (almost) none from the cache.
+    for run in (sb, so):
+        assert run["prefill_cache"] <= 0.01 * n * ISL and run["prefill_compute"] >= 0.99 * n * ISL, run
+    raw_ttft = ours["mean_ttft_ms"] / bench["mean_ttft_ms"]
+    raw_tput = ours["output_throughput"] / bench["output_throughput"]
+    pace = so["e2e_ms"] / sb["e2e_ms"]  # < 1: the server served specmon's run faster
+    norm_ttft = raw_ttft / (so["ttft_ms"] / sb["ttft_ms"])
+    norm_tput = raw_tput * pace
+    print(f"C={c} n={n}: bench_serving TTFT {bench['mean_ttft_ms']:.1f} ms, {bench['output_throughput']:.1f} tok/s, "
+          f"e2e {bench['mean_e2e_latency_ms']:.0f} ms, client CPU {bench['client_cpu_s']:.1f} s (incl. its imports); "
+          f"specmon TTFT {ours['mean_ttft_ms']:.1f} ms, {ours['output_throughput']:.1f} tok/s, "
+          f"e2e {ours['mean_e2e_latency_ms']:.0f} ms, client CPU {ours['client_cpu_s']} s; "
+          f"server's own TTFT/e2e: bench run {sb['ttft_ms']:.1f}/{sb['e2e_ms']:.0f} ms, specmon run "
+          f"{so['ttft_ms']:.1f}/{so['e2e_ms']:.0f} ms; raw ratios TTFT {raw_ttft:.3f}, tok/s {raw_tput:.3f}; "
+          f"server pace {pace:.3f}; pace-normalised TTFT {norm_ttft:.3f}, tok/s {norm_tput:.3f}; "
+          f"client/server TTFT: bench {bench['mean_ttft_ms'] / sb['ttft_ms']:.3f}, specmon {ours['mean_ttft_ms'] / so['ttft_ms']:.3f}")
     assert bench["completed"] == n and ours["completed"] == n
-    assert r_ttft == pytest.approx(1.0, abs=0.05)
-    assert r_tput == pytest.approx(1.0, abs=0.05)
+    # Each client against the server over its own run: TTFT and e2e within 5 %.
+    assert ours["mean_ttft_ms"] / so["ttft_ms"] == pytest.approx(1.0, abs=0.05)
+    assert ours["mean_e2e_latency_ms"] / so["e2e_ms"] == pytest.approx(1.0, abs=0.05)
+    assert bench["mean_ttft_ms"] / sb["ttft_ms"] == pytest.approx(1.0, abs=0.05)
+    assert bench["mean_e2e_latency_ms"] / sb["e2e_ms"] == pytest.approx(1.0, abs=0.05)
+    # specmon vs bench_serving, the server's pace taken out.
+    assert norm_ttft == pytest.approx(1.0, abs=0.05)
+    assert norm_tput == pytest.approx(1.0, abs=0.05)

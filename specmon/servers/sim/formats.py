@@ -57,15 +57,15 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
         "total_retractions": r.retractions,
     }
     if enable_metrics:
-        if r.t_forward_entry is not None:
-            m["forward_entry_time"] = clock.epoch(r.t_forward_entry)
-        if r.t_prefill_done is not None:
-            m["prefill_finished_time"] = clock.epoch(r.t_prefill_done)
-        qt = (r.t_forward_entry - r.t_queued) if r.t_forward_entry is not None else 0.0
-        m["queue_time"] = qt
-        m["prefill_waiting_latency"] = qt
-        m["prefill_launch_latency"] = ((r.t_prefill_done - r.t_forward_entry)
-                                       if r.t_prefill_done is not None and r.t_forward_entry is not None else 0.0)
+        # As a real SGLang 0.5.10.post1 sends them: the scheduler's stamps are lost on the way
+        # through the detokenizer (its time-stats object pickles to {} on the second hop), so
+        # there is no forward_entry_time / prefill_finished_time, queue_time is 0.0 whatever the
+        # wait, and the two prefill latencies are null. The real queue time is in the
+        # sglang:queue_time_seconds histogram only (checked against the real server in
+        # tests/test_sim_external.py).
+        m["queue_time"] = 0.0
+        m["prefill_waiting_latency"] = None
+        m["prefill_launch_latency"] = None
     m["reasoning_tokens"] = 0
     m["completion_tokens"] = n
     m["cached_tokens"] = r.cached_tokens
