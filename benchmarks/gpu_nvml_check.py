@@ -128,7 +128,7 @@ def main() -> int:
             smi_total = s1.get("mem_total_mib")
             used_mib = g.mem_used_bytes / MIB if g.mem_used_bytes is not None else None
             total_mib = g.mem_total_bytes / MIB if g.mem_total_bytes is not None else None
-            d_used, d_total = pct(used_mib, smi_used), pct(total_mib, smi_total)
+            d_total = pct(total_mib, smi_total)
             # 1% of the card's memory: the tolerance (a relative error on a near-zero
             # idle reading would be meaningless).
             used_ok = used_mib is not None and smi_used is not None and abs(used_mib - smi_used) <= 0.01 * smi_total

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simproc import REPO, free_port, start_sim
+from simproc import REPO, start_sim
 
 SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
 GEN = {"input_ids": list(range(1, 200)), "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}

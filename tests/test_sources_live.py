@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import os
 import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from simproc import free_port, start_sim
 from specmon.model import ArmInfoUpdated, ArmSpec, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, SamplesTick, SessionEnded

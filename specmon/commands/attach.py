@@ -8,12 +8,12 @@ bad usage (a malformed URL, a missing env var), before anything starts.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
-from specmon.errors import ServerError, UsageError
+from specmon.commands.frontend import require_an_answer, run_front_end
+from specmon.errors import UsageError
 from specmon.model import ArmSpec
 
 
@@ -74,16 +74,7 @@ def run(args) -> int:
 
     out_dir = Path(args.out) if args.out else default_out_dir()
     live = LiveSession(arms, interval=args.interval, out_dir=out_dir, isl=args.isl, osl=args.osl, mode="attach")
-    if args.headless:
-        from specmon.headless import run_headless
-
-        run_headless(live, args.duration)
-    else:
-        from specmon.tui.app import run_tui  # imported here so the data core never pulls in Textual
-
-        run_tui(live, title="specmon attach " + " ".join(a.url for a in arms))
-    never = [c for c in (live.collector(a.name) for a in arms) if c is not None and not c.ever_up]
-    if never and len(never) == len(arms):
-        names = "; ".join(f"{c.spec.name} ({c.spec.url}): {c.last_reason or c.last_state}" for c in never)
-        raise ServerError(f"no server answered: {names}")
+    run_front_end(live, headless=args.headless, duration_s=args.duration,
+                  title="specmon attach " + " ".join(a.url for a in arms))
+    require_an_answer(live, arms)
     return 0

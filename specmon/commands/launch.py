@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from specmon.commands.frontend import run_front_end
 from specmon.errors import ServerError
 
 
@@ -65,19 +66,7 @@ def _run(layout, supervisor, plan, workload, out_dir, headless, interval, title)
     if live.recorder is not None:
         live.recorder.update_session(layout=layout.model_dump(mode="json", exclude={"source"}),
                                      layout_file=layout.source, logs_dir=str(supervisor.log_dir))
-    if headless:
-        from specmon.headless import run_headless
-
-        reason = run_headless(live, None)
-        results = [r for rs in zip(*ramp.results.values()) for r in rs] if ramp is not None else []
-        if results:
-            from specmon.analysis.table import format_level_table
-
-            print(format_level_table(results))
-    else:
-        from specmon.tui.app import run_tui  # lazy: the data core never imports Textual
-
-        reason = run_tui(live, title=title)
+    reason = run_front_end(live, headless=headless, ramp=ramp, title=title)
     failed = supervisor.failed()
     for name, cause in failed.items():
         print(f"specmon: arm {name!r} failed: {cause} (log: {supervisor.log_dir / (name + '.log')})", file=sys.stderr)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specmon.errors import ServerError, UsageError
+from specmon.commands.frontend import require_an_answer, run_front_end
+from specmon.errors import UsageError
 from specmon.model import RampPlan
 
 
@@ -64,21 +65,6 @@ def run(args) -> int:
     out_dir = Path(args.out) if args.out else default_out_dir()
     live = LiveSession(arms, interval=args.interval, out_dir=out_dir, isl=plan.input_len, osl=plan.output_len,
                        ramp=ramp, mode="ramp")
-    if args.headless:
-        from specmon.headless import run_headless
-
-        run_headless(live, None)
-        results = [r for rs in zip(*ramp.results.values()) for r in rs]
-        if results:
-            from specmon.analysis.table import format_level_table
-
-            print(format_level_table(results))
-    else:
-        from specmon.tui.app import run_tui  # lazy: the data core never imports Textual
-
-        run_tui(live, title="specmon ramp " + " ".join(a.url for a in arms))
-    never = [c for c in (live.collector(a.name) for a in arms) if c is not None and not c.ever_up]
-    if never and len(never) == len(arms):
-        names = "; ".join(f"{c.spec.name} ({c.spec.url}): {c.last_reason or c.last_state}" for c in never)
-        raise ServerError(f"no server answered: {names}")
+    run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
+    require_an_answer(live, arms)
     return 0

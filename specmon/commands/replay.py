@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specmon.commands.frontend import run_front_end
 from specmon.session.replay import ReplaySource
 
 
 def run(args) -> int:
     source = ReplaySource(Path(args.session), speed=args.speed)
     title = f"replay {Path(args.session).resolve().name}"
-    if getattr(args, "headless", False):
-        from specmon.headless import run_headless
-
-        run_headless(source, None)
-        return 0
-    from specmon.tui.app import run_tui
-
-    run_tui(source, title)
+    run_front_end(source, headless=getattr(args, "headless", False), title=title)
     return 0

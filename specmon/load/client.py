@@ -284,6 +284,10 @@ class GenerateClient:
                     # unread makes httpx close the connection instead of reusing it.
                 if outcome.t_end is None:
                     outcome.t_end = time.perf_counter()
+                if not done and outcome.status == "ok":
+                    # SGLang ends every stream with [DONE]; a body that stops short is a cut
+                    # response (a server that died mid-stream), not a finished request.
+                    outcome.status, outcome.error = "error", "stream ended without [DONE]"
         except httpx.TimeoutException as e:
             outcome.status, outcome.error = "timeout", f"{type(e).__name__}"
         except httpx.HTTPError as e:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import threading
 import time
 from typing import Any, Callable, Optional, Sequence

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from specmon.model import (
-    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot, HostReading, KneeCalled, Marker, Sample,
+    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot, HostReading, Marker, Sample,
     SamplesTick, SessionEnded,
 )
 from specmon.session.recorder import Recorder, default_out_dir, public_url

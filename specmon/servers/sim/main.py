@@ -112,7 +112,7 @@ async def _serve(cfg, sock) -> int:
     total_startup = args.startup_s if args.startup_s is not None else ph.model_load_s() + ph.graph_capture_s()
     scale = total_startup / (ph.model_load_s() + ph.graph_capture_s())
     await _sleep_sim(clock, 1.2 * scale * 0.1)
-    log.info(f"Init torch distributed ends. elapsed=1.2 s, mem usage=0.09 GB")
+    log.info("Init torch distributed ends. elapsed=1.2 s, mem usage=0.09 GB")
     avail = gpu_gb - 0.6
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     load_s = ph.model_load_s() * scale
