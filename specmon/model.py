@@ -359,7 +359,7 @@ class LevelProgress(Event):
     elapsed_s: float
     planned_s: Optional[float]
     done_requests: dict[str, int]  # per arm
-    eta_s: Optional[float] = None  # whole ramp
+    eta_s: Optional[float] = None  # whole ramp, in wall seconds (elapsed_s/planned_s are the arms' seconds)
 
 
 @dataclass

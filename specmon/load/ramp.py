@@ -234,7 +234,7 @@ class RampDriver:
             self._write_finished(st, i, c, live)
             elapsed = (time.time() - st.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
-                               done_requests=dict(st.done), eta_s=self._eta(i, elapsed)))
+                               done_requests=dict(st.done), eta_s=self._wall_eta(i, elapsed)))
         fut.result()
         self._write_finished(st, i, c, live)
         t_end = time.time()
@@ -283,6 +283,11 @@ class RampDriver:
         self.client_stats.append(stats)
         self._update_session(live, knees=self.knees, load_client=self.client_stats)
         emit(LevelFinished(level=i, results=results))
+
+    def _wall_eta(self, i: int, elapsed: float) -> Optional[float]:
+        """Wall seconds until the ramp ends: what the operator waits (level times are the arms')."""
+        eta = self._eta(i, elapsed)
+        return None if eta is None else eta / self._pace()
 
     def _eta(self, i: int, elapsed: float) -> Optional[float]:
         d = self.plan.level_duration_s

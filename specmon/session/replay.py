@@ -266,7 +266,7 @@ def build_events(rec: RecordedSession) -> list[Event]:
             elapsed = (ts - level_t0) * scale
             eta = None
             if planned_s:
-                eta = max(planned_s - elapsed, 0.0) + planned_s * max((levels_total or 0) - current - 1, 0)
+                eta = (max(planned_s - elapsed, 0.0) + planned_s * max((levels_total or 0) - current - 1, 0)) / scale
             events.append(LevelProgress(level=current, elapsed_s=elapsed, planned_s=planned_s,
                                         done_requests=done, eta_s=eta, ts=ts + EPS / 2))
     last_ts = ticks[-1][0].ts if ticks else start
