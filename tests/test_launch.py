@@ -446,21 +446,20 @@ async def test_real_sglang_startup_failures_named(tmp_path):
     port = holder.getsockname()[1]
     env = real_env()
     base = f"[{rs.SGLANG_PYTHON}, -m, sglang.launch_server"
-    common = f"--device, cpu, --load-format, dummy, --model-path, {rs.TINY_MODEL}"
+    common = "--device, cpu, --load-format, dummy"
+    model = f"flags: {{model_path: {rs.TINY_MODEL}}}"
     layout, _ = parse_layout(textwrap.dedent(f"""
         startup_timeout_s: 300
         arms:
           - name: kvdtype
-            launch: {{command: {base}, --kv-cache-dtype, fp3, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+            launch: {{command: {base}, --kv-cache-dtype, fp3, {common}], {model}, env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
           - name: quant
-            launch: {{command: {base}, --quantization, nosuchq, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+            launch: {{command: {base}, --quantization, nosuchq, {common}], {model}, env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
           - name: nomodel
-            launch: {{command: {base}, --device, cpu, --load-format, dummy, --model-path, {tmp_path}/no-such-model],
+            launch: {{command: {base}, {common}], flags: {{model_path: {tmp_path}/no-such-model}},
                       env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
-          - name: memfrac
-            launch: {{command: {base}, --mem-fraction-static, "1.5", {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
           - name: taken
-            launch: {{port: {port}, command: {base}, {common}], env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
+            launch: {{port: {port}, command: {base}, {common}], {model}, env: {{SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}}}}
         """), "failures.yaml", env=env)
     sup = Supervisor(layout, tmp_path, grace_s=10, env=env)
     try:
@@ -475,5 +474,7 @@ async def test_real_sglang_startup_failures_named(tmp_path):
     assert failed["kvdtype"].startswith("bad flag: argument --kv-cache-dtype: invalid choice: 'fp3'")
     assert failed["quant"].startswith("bad flag: argument --quantization: invalid choice: 'nosuchq'")
     assert failed["nomodel"].startswith("model path not found")
-    assert "mem-fraction-static" in failed["memfrac"] or "mem_fraction_static" in failed["memfrac"]
+    # --mem-fraction-static 1.5 is not tried on the real server here: SGLang does not reject it, its
+    # scheduler asks for more memory than the machine has and the OOM killer ends it (seen once;
+    # tests/test_real_sglang_facts.py keeps those lines). The layout check refuses it before launch.
     assert "kvdtype" in str(err.value) and "Traceback" not in str(err.value)

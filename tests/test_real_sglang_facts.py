@@ -48,3 +48,20 @@ def test_predicted_knee_is_what_sglang_admits():
 @pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10)])
 def test_admission_bound_examples(pool, isl, osl, ratio, n):
     assert admitted_at_once(pool, isl, osl, ratio) == n
+
+
+def test_oom_killed_scheduler_is_named():
+    """The last lines of a real SGLang 0.5.10 started with --mem-fraction-static 1.5 (CPU engine)."""
+    from specmon.sources.logparse import failure_cause
+
+    tail = [
+        "[2026-11-30 12:13:36] Load weight end. elapsed=0.05 s, type=LlamaForCausalLM, avail mem=21.78 GB, mem usage=0.01 GB.",
+        "    raise EOFError",
+        "EOFError",
+        "    raise _scheduler_died_error(i, scheduler_procs[i])",
+        "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), "
+        "a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
+    ]
+    cause = failure_cause(tail)
+    assert cause.startswith("scheduler killed (SIGKILL) during start-up: likely the OS OOM killer")
+    assert "--mem-fraction-static" in cause

@@ -170,6 +170,11 @@ _CAUSES: list[tuple[re.Pattern, str]] = [
      "hybrid (Mamba/GDN) model with speculation needs --mamba-scheduler-strategy extra_buffer "
      "and SGLANG_ENABLE_SPEC_V2=1"),
     (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), "CUDA out of memory"),
+    # Real SGLang 0.5.10 with --mem-fraction-static 1.5 on the CPU engine: no argparse error, the
+    # scheduler asks for a pool larger than the machine and the OS OOM killer ends it.
+    (re.compile(r"scheduler died during initialization \(exit code: -9\)"),
+     "scheduler killed (SIGKILL) during start-up: likely the OS OOM killer; "
+     "check --mem-fraction-static / --max-total-tokens"),
     (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"),
      "not enough GPU memory left for the KV pool (raise --mem-fraction-static or use a smaller model)"),
     (re.compile(r"Unknown quantization method: (\S+?)\."), "unsupported quantization: {0}"),
