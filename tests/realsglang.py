@@ -45,7 +45,6 @@ def missing() -> str | None:
 
 import contextlib  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 import urllib.error  # noqa: E402
@@ -53,14 +52,10 @@ import urllib.request  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Iterator  # noqa: E402
 
+from simproc import free_port  # noqa: E402,F401  (one free-port helper for both servers)
+
 READY_LINE = "The server is fired up and ready to roll!"
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
