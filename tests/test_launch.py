@@ -250,15 +250,27 @@ async def test_log_source_fills_a_scrape(tmp_path):
         body = {"input_ids": [1] * 200, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
         async with httpx.AsyncClient(timeout=60) as client:
             await asyncio.gather(*(client.post(url + "/generate", json=body) for _ in range(4)))
-        # The log is read by a thread: on a busy machine the last lines may land a moment later.
+        # The log is read by a thread: wait until it has caught up with the file's last
+        # "Decode batch" line, then the Sample must say what that line says.
+        import re
+
+        def last_decode() -> dict:
+            lines = [x for x in (sup.log_dir / "a.log").read_text().splitlines() if "Decode batch" in x]
+            m = re.search(r"#running-req: (\d+).*accept len: ([\d.]+).*gen throughput \(token/s\): ([\d.]+), "
+                          r"#queue-req: (\d+)", lines[-1])
+            return {"running": int(m[1]), "accept": float(m[2]), "tps": float(m[3]), "queue": int(m[4])}
+
         for _ in range(100):
             s = sup.fill_from_log(Sample(ts=time.time(), arm="a", up=True))
-            if s.gen_tok_s and s.accept_length is not None:
+            want = last_decode()
+            if s.accept_length == want["accept"] and s.gen_tok_s == want["tps"]:
                 break
             await asyncio.sleep(0.1)
         assert s.source == "log"
         assert s.kv_capacity_tokens == 175000 and s.gen_tok_s is not None and s.gen_tok_s > 0
-        assert s.accept_length is not None and 1.5 < s.accept_length < 4 and s.spec_enabled is True
+        assert (s.accept_length, s.gen_tok_s) == (want["accept"], want["tps"]) and s.spec_enabled is True
+        # accept len is tokens per verify pass: between 1 (nothing accepted) and the 4 draft tokens
+        assert 1.0 <= s.accept_length <= 4.0
         assert s.running_reqs is not None and s.queued_reqs is not None
     finally:
         sup.stop()
