@@ -80,3 +80,9 @@ def spec_label(algorithm: Optional[str], steps: Optional[int], topk: Optional[in
     if all(p == DASH for p in parts):
         return algorithm
     return f"{algorithm} {'/'.join(parts)}"
+
+
+def nvml_unavailable(reason: Optional[str]) -> str:
+    """'NVML unavailable: <reason>' (the collector's reason may already start with it)."""
+    reason = reason or "unknown reason"
+    return reason if reason.lower().startswith("nvml unavailable") else f"NVML unavailable: {reason}"

@@ -23,7 +23,7 @@ class GpuPane(ArmPane):
         gpus = self.session.gpus
         if s is None or s.gpu_mem_used_bytes is None:
             if gpus is not None and not gpus.available:
-                return Text(_nvml_words(gpus.reason), style=self.st("warn"))
+                return Text(fmt.nvml_unavailable(gpus.reason), style=self.st("warn"))
             return self.unknown()
         frac = self._frac()
         filled, empty = bar(frac, 10)
@@ -40,9 +40,3 @@ class GpuPane(ArmPane):
         s = self.arm.last
         hi = s.gpu_mem_total_bytes if s is not None and s.gpu_mem_total_bytes else None
         return self.spark("gpu_mem_used_bytes", width, height, lo=0.0, hi=hi)
-
-
-def _nvml_words(reason: str | None) -> str:
-    """'NVML unavailable: <reason>' (the collector's reason may already start with it)."""
-    reason = reason or "unknown reason"
-    return reason if reason.lower().startswith("nvml unavailable") else f"NVML unavailable: {reason}"

@@ -29,7 +29,7 @@ class GpuStrip(StyledWidget):
                 cells.append(Text.assemble((" GPU ", self.st("label")), (why, self.st("dim"))))
             elif not snap.available:
                 cells.append(Text.assemble((" GPU ", self.st("label")),
-                                           (_nvml_words(snap.reason), self.st("warn"))))
+                                           (fmt.nvml_unavailable(snap.reason), self.st("warn"))))
             else:
                 for g in snap.gpus:
                     frac = (g.mem_used_bytes / g.mem_total_bytes
@@ -68,9 +68,3 @@ class GpuStrip(StyledWidget):
                 line.append_text(c)
             lines.append(line)
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
-
-
-def _nvml_words(reason: str | None) -> str:
-    """'NVML unavailable: <reason>' (the collector's reason may already start with it)."""
-    reason = reason or "unknown reason"
-    return reason if reason.lower().startswith("nvml unavailable") else f"NVML unavailable: {reason}"
