@@ -171,6 +171,33 @@ def test_log_lines_and_request_log(tmp_path):
     assert "POST /generate" in lines and "GET /server_info" in lines and "GET /health" in lines
 
 
+def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
+    """At speed 1 the simulator's stamps are wall time: a token may not arrive before the pass
+    that produced it ended (it once flushed a pass's tokens before sleeping to its end, and a
+    client read TTFT ~10 % short). The wire log brackets what went to the socket."""
+    wl = tmp_path / "wire.jsonl"
+    with start_sim("--enable-metrics", "--wire-log", str(wl), "--profile", "fp8-mtp", "--startup-s", "0.5", speed=1) as sim:
+        with httpx.Client(base_url=sim.url, timeout=60) as c:
+            for i in range(3):
+                body = {"input_ids": list(range(1, 2001)), "stream": True, "rid": f"w{i}",
+                        "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
+                t_sent, t_first, final = time.time(), None, None
+                with c.stream("POST", "/generate", json=body) as r:
+                    for line in r.iter_lines():
+                        if line.startswith("data: {"):
+                            t_first = t_first or time.time()
+                            final = json.loads(line[6:])["meta_info"]
+                m = final
+                assert t_sent <= m["request_received_ts"] + 0.002
+                assert t_first >= m["response_sent_to_client_ts"] - 0.002  # no token before its pass ended
+                assert m["response_sent_to_client_ts"] - m["request_received_ts"] > 0.005  # a 2000-token prefill
+    rows = {w["rid"]: w for w in map(json.loads, wl.read_text().splitlines())}
+    assert set(rows) == {"w0", "w1", "w2"}
+    for w in rows.values():
+        assert w["status"] == 200 and w["bodies"] >= 3  # first token, ..., [DONE]
+        assert w["t_in"] < w["t_first_body"] <= w["t_last_token_body"] <= w["t_last_body"]
+
+
 def test_faults():
     with start_sim("--fault-crash-after", "2", speed=100) as sim:
         load(sim.url, 2, stream=False)

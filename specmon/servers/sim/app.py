@@ -23,6 +23,7 @@ from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
 
 VERSION = "0.5.10.post1"
 DEFAULT_MAX_NEW_TOKENS = 128
+_WIRE_ID = re.compile(rb'"id":\s*"([^"]+)"')  # the rid in a /generate chunk's meta_info
 
 
 class SimState:
@@ -547,6 +548,7 @@ def wrap_middlewares(app, st: SimState):
     m = st.metrics if st.enable_metrics else None
     gen_paths = {"/generate", "/v1/completions", "/v1/chat/completions"}
     log_fh = open(request_log, "a", buffering=1) if request_log else None
+    wire_fh = open(st.cfg.args.wire_log, "a", buffering=1) if getattr(st.cfg.args, "wire_log", None) else None
 
     async def asgi(scope, receive, send):
         if scope["type"] != "http":
@@ -576,11 +578,27 @@ def wrap_middlewares(app, st: SimState):
         if is_gen:
             st.in_flight += 1
         status = {"code": 500}
+        # Wall-clock wire stamps (time.time(), the clock a client on this host reads): the moment
+        # the request reached this app and each moment a body chunk was handed to the socket.
+        # Ground truth for a client's timing that leaves out the scheduler-to-socket path and the
+        # body parse, which SGLang's own *_ts stamps do not cover.
+        wire = {"t_in": time.time(), "first": None, "last": None, "last_token": None, "bodies": 0, "rid": None} \
+            if (wire_fh is not None and is_gen) else None
 
         async def send_wrap(msg):
             if msg["type"] == "http.response.start":
                 status["code"] = msg["status"]
             await send(msg)
+            if wire is not None and msg["type"] == "http.response.body" and msg.get("body"):
+                t = time.time()
+                if wire["first"] is None:
+                    wire["first"] = t
+                    found = _WIRE_ID.search(msg["body"])
+                    wire["rid"] = found.group(1).decode() if found else None
+                wire["last"] = t
+                if not msg["body"].startswith(b"data: [DONE]"):
+                    wire["last_token"] = t
+                wire["bodies"] += 1
 
         if m is not None:
             m.http_requests_total.labels(endpoint=path, method=method).inc()
@@ -591,6 +609,11 @@ def wrap_middlewares(app, st: SimState):
         finally:
             if is_gen:
                 st.in_flight -= 1
+            if wire is not None:
+                wire_fh.write(json.dumps({"path": path, "status": status["code"], "rid": wire["rid"],
+                                          "t_in": wire["t_in"], "t_first_body": wire["first"],
+                                          "t_last_token_body": wire["last_token"], "t_last_body": wire["last"],
+                                          "bodies": wire["bodies"]}) + "\n")
             if m is not None:
                 active.dec()
                 m.http_responses_total.labels(endpoint=path, method=method, status_code=str(status["code"])).inc()

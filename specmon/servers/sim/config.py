@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
     p.add_argument("--drafter", default=None, help="override the profile's drafter: " + ", ".join(DRAFTERS))
     p.add_argument("--request-log", default=None, help="append 'METHOD PATH' per HTTP request to this file")
+    p.add_argument("--wire-log", default=None,
+                   help="append one JSON line per generate request: wall time its ASGI call began and "
+                        "when its first and last body bytes went to the socket (benchmarks/ramp_fidelity.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--startup-s", type=float, default=None,
                    help="simulated startup time before /health turns 200 (default from the profile)")

@@ -300,13 +300,16 @@ class Scheduler:
             # x 600 chunks/s on each side, more than a 2-core box has, and the CPU-starved clock
             # would then distort every figure. Coalesced chunks carry several tokens, as
             # speculative chunks do; clients count tokens, not chunks.
-            if self._urgent or time.monotonic() - last_flush >= self.flush_wall_s:
-                self._flush()
-                last_flush = time.monotonic()
+            # The pass's tokens exist when it ends (SGLang streams them after the forward): sleep
+            # to the end of the pass first, then flush. Flushing before the sleep handed every
+            # token to clients one pass early (client TTFT read ~10% under the stamps at C=150).
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
                 await asyncio.sleep(0)
+            if self._urgent or time.monotonic() - last_flush >= self.flush_wall_s:
+                self._flush()
+                last_flush = time.monotonic()
             last_idle_report = self.t
 
     def _flush(self) -> None:
