@@ -274,6 +274,13 @@ class LevelResult:
     capped_share: Optional[float] = None  # share of samples with running at the cap or KV >= 95 %
     queue_ttft_share: Optional[float] = None  # mean queue time / mean TTFT
     ttft_note: Optional[str] = None  # e.g. "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill" when queue > 50 %
+    # added by ANALYSIS: the confidence of output_tok_s (batch means over the window, 5 s batches
+    # in the arm's seconds; analysis/levels.py) and SLO attainment when the ramp has SLOs
+    output_tok_s_se: Optional[float] = None  # standard error of output_tok_s
+    output_tok_s_batches: Optional[int] = None  # batches behind it (SE has batches - 1 degrees of freedom)
+    slo_n: Optional[int] = None  # in-window requests judged against the SLOs (ok + failed)
+    slo_met: Optional[int] = None  # of them, ok with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s
+    slo_attainment: Optional[float] = None  # slo_met / slo_n
 
 
 LEVEL_COLUMNS = [
@@ -284,6 +291,7 @@ LEVEL_COLUMNS = [
     "level", "ttft_mean_s", "e2e_mean_s", "running_mean", "queued_mean", "queued_share",
     "littles_law_ratio", "valid", "invalid_reason",
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
+    "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment",
 ]
 
 
@@ -302,6 +310,10 @@ class RampPlan:
     flush_cache: bool = False
     restart_between_levels: bool = False
     timeout_s: float = 600.0
+    # Optional operator SLOs (peers C2 D3): a request meets them when its TTFT <= slo_ttft_s and
+    # its TPOT <= slo_tpot_s (either may be None: not judged). None for both: no SLO knee.
+    slo_ttft_s: Optional[float] = None
+    slo_tpot_s: Optional[float] = None
 
 
 # --------------------------------------------------------------------------------------------

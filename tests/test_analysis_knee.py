@@ -146,3 +146,140 @@ def test_queueing_knee_from_queue_time_share_of_ttft():
     # 50% exactly is not "most"
     lv[2].queue_time_mean_s = 1.9
     assert queueing_knee(lv).concurrency != 20
+
+
+# ---- D1 with confidence bounds ---------------------------------------------------------------
+
+from specmon.analysis.knee import marginal_efficiency_bounds, power_knee, slo_knee, knees_summary  # noqa: E402
+from specmon.analysis.stats import mean_se, rate_batches, t_upper_95, wilson_lower  # noqa: E402
+
+
+def with_se(lv, se, batches=27):
+    for x in lv:
+        x.output_tok_s_se, x.output_tok_s_batches = se, batches
+    return lv
+
+
+# One stream at C=10 gets 100 tok/s; past C=12 each added stream gives 2.5-5 % of one.
+CS, XS = [10, 12, 14, 16, 18], [1000, 1190, 1200, 1205, 1210]
+
+
+def test_plateau_bound_blocks_a_knee_the_noise_could_hide():
+    # Point estimates cross theta (eta 5 %, 2.5 %), but with +-30 tok/s per level a step of two
+    # streams cannot tell 5 % from 40 % of a stream: no knee may be confirmed.
+    noisy = with_se(curve(CS, XS), 30.0)
+    etas = marginal_efficiency(noisy)
+    assert etas[2] == pytest.approx(0.05) and etas[3] == pytest.approx(0.025)
+    k = plateau_knee(noisy)
+    assert k.concurrency is None and k.confirmed_at is None, k.detail
+    assert k.values["eta_upper95"]["14"] > 0.15
+    assert k.values["point_estimate_at"] == []
+
+
+def test_plateau_bound_confirms_when_the_levels_are_precise():
+    precise = with_se(curve(CS, XS), 2.0)
+    k = plateau_knee(precise)
+    assert (k.concurrency, k.confirmed_at) == (12, 3)
+    assert "at 95%" in k.detail and "+- 2 tok/s" in k.detail
+    assert k.values["eta_upper95"]["14"] < 0.15
+
+
+def test_plateau_falls_back_to_point_estimates_without_se_and_says_so():
+    old = curve(CS, XS)  # a session recorded before throughput SEs existed
+    k = plateau_knee(old)
+    assert (k.concurrency, k.confirmed_at) == (12, 3)
+    assert k.values["point_estimate_at"] == [12, 14, 16, 18]
+    assert "point estimates" in k.detail
+    # one level without SE falls back for the etas that involve it only
+    lv = with_se(curve(CS, XS), 30.0)
+    lv[4].output_tok_s_se = None
+    assert plateau_knee(lv).values["point_estimate_at"] == [18]
+
+
+def test_plateau_bound_delta_method_numbers():
+    lv = curve([10, 20], [1000, 1500])
+    lv[0].output_tok_s_se, lv[1].output_tok_s_se = 10.0, 20.0
+    lv[0].output_tok_s_batches = lv[1].output_tok_s_batches = 31
+    (e0, u0), (e1, u1) = marginal_efficiency_bounds(lv)
+    assert e0 is None and u0 is None
+    assert e1 == pytest.approx(0.5)
+    # d/dX_1 = c0/(dc x0) = 0.001; d/dX_0 = -0.001 - eta/x0 = -0.0015 (X_0 is also the reference)
+    se = ((0.001 * 20) ** 2 + (0.0015 * 10) ** 2) ** 0.5
+    assert u1 == pytest.approx(0.5 + 1.697 * se)
+    # fewer batches -> a wider Student t
+    lv[0].output_tok_s_batches = 4
+    assert marginal_efficiency_bounds(lv)[1][1] == pytest.approx(0.5 + 2.353 * se)
+
+
+def test_stats_batches_se_t_and_wilson():
+    # 20 s at 10 tok/s then 20 s at 30 tok/s, 5 s batches: 8 batches
+    ev = [(t + 0.5, 10.0) for t in range(20)] + [(t + 0.5, 30.0) for t in range(20, 40)]
+    b = rate_batches(ev, 0.0, 40.0, 5.0, 4)
+    assert b == pytest.approx([10.0] * 4 + [30.0] * 4)
+    m, se = mean_se(b)
+    assert m == pytest.approx(20.0)
+    assert se == pytest.approx(float(np.std(b, ddof=1)) / 8 ** 0.5)
+    assert len(rate_batches(ev, 0.0, 12.0, 5.0, 4)) == 4    # too short for 5 s batches: 4 of 3 s
+    assert rate_batches(ev, 0.0, 0.0) == [] and mean_se([1.0]) == (1.0, None)
+    assert t_upper_95(1) == pytest.approx(6.314) and t_upper_95(None) == pytest.approx(1.645)
+    assert wilson_lower(9, 10) == pytest.approx(0.6523, abs=1e-3)
+    assert wilson_lower(200, 200) == pytest.approx(0.9867, abs=1e-3)
+    assert wilson_lower(0, 5) == 0.0 and wilson_lower(0, 0) is None
+
+
+# ---- D3 --------------------------------------------------------------------------------------
+
+def test_power_knee_argmax_and_confirmation():
+    lv = curve([10, 20, 30, 40], [1000, 1800, 2000, 2050], ttft_p50_s=[1.0, 1.5, 4.0, 9.0])
+    p = power_knee(lv)
+    assert (p.concurrency, p.power, p.confirmed) == (20, pytest.approx(1200.0), True)
+    assert power_knee(lv[:3]).confirmed is False  # only one level after the maximum
+
+
+def test_slo_knee_uses_the_wilson_bound_not_the_point_attainment():
+    lv = curve([10, 20, 30, 40], [1000, 1800, 2000, 2050], slo_n=[100, 100, 100, 100],
+               slo_met=[100, 95, 92, 40])
+    k = slo_knee(lv)
+    # 92 % met at C=30 is above 90 % as a point, but its lower bound (0.865) is not
+    assert k.levels["30"]["attainment"] == pytest.approx(0.92)
+    assert k.levels["30"]["lower95"] < 0.9 <= k.levels["20"]["lower95"]
+    assert k.c_slo == 20
+    # goodput X x a: 1000, 1710, 1840, 820 -> C=30, confirmed only with two falls after it
+    assert (k.c_goodput, k.goodput_tok_s, k.goodput_confirmed) == (30, pytest.approx(1840.0), False)
+    assert slo_knee(curve([10], [1.0])) is None
+
+
+def test_knees_summary_carries_d3_only_with_slos():
+    lv = curve([10, 20, 30, 40], [1000, 1800, 2000, 2050], ttft_p50_s=[1.0, 1.5, 4.0, 9.0],
+               ttft_p99_s=[2.0, 3.0, 20.0, 20.0], slo_n=[50] * 4, slo_met=[50, 50, 30, 10])
+    s = knees_summary(lv, 175_000, 8800, 1024, 48)
+    assert s["power"] == {"concurrency": 20, "power_tok_s_per_s_ttft": 1200.0, "confirmed": True}
+    assert s["ttft_dispersion_levels"] == [30]
+    assert "slo" not in s
+    s = knees_summary(lv, 175_000, 8800, 1024, 48, slo_ttft_s=2.0)
+    assert s["slo"]["c_slo"] == 20 and s["slo"]["c_goodput"] == 20 and s["slo"]["slo_ttft_s"] == 2.0
+
+
+def test_unresolved_plateau_says_the_ramp_cannot_resolve_theta():
+    k = plateau_knee(with_se(curve(CS, XS), 30.0))
+    assert k.values["eta_halfwidth_median"] > 0.15
+    assert "known only to" in k.detail
+    assert "known only to" not in plateau_knee(with_se(curve(CS[:3], [1000, 1190, 1400]), 1.0)).detail
+
+
+def test_slo_flags_reach_the_ramp_plan():
+    from specmon.cli import build_parser
+    from specmon.commands.demo import apply_overrides
+    from specmon.commands.ramp import plan_from_args
+    from specmon.servers.layout import load_layout
+
+    args = build_parser().parse_args(["ramp", "http://127.0.0.1:1", "--levels", "2,4", "--slo-ttft", "2", "--slo-tpot", "0.05"])
+    plan = plan_from_args(args)
+    assert (plan.slo_ttft_s, plan.slo_tpot_s) == (2.0, 0.05)
+    assert plan_from_args(build_parser().parse_args(["ramp", "http://127.0.0.1:1", "--levels", "2"])).slo_ttft_s is None
+    args = build_parser().parse_args(["demo", "--slo-ttft", "3"])
+    layout, _ = load_layout("demo")
+    apply_overrides(layout, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
+    assert (layout.plan().slo_ttft_s, layout.plan().slo_tpot_s) == (3.0, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", "--slo-ttft", "0"])

@@ -88,3 +88,45 @@ def test_server_pace_from_meta_stamps():
     for o in outs:
         o.final_meta = {}
     assert server_pace(outs) is None
+
+
+def test_throughput_se_by_batch_means_in_arm_seconds():
+    outs = closed_loop(4)
+    w = Window(T0 + 10, T0 + 90)
+    # 80 wall s at scale 1: 16 batches of 5 s; at scale 10 the same window is 800 arm seconds: 160
+    r1 = level_result("a", 0, 4, outs, w, T0, T0 + 100, samples(80, 4, 0))
+    r10 = level_result("a", 0, 4, outs, w, T0, T0 + 100, samples(80, 4, 0), scale=10.0)
+    assert r1.output_tok_s_batches == 16 and r10.output_tok_s_batches == 160
+    # a steady closed loop: the SE is small beside the rate, and it scales like the rate
+    assert 0 < r1.output_tok_s_se < 0.05 * r1.output_tok_s
+    # a 12 s window holds two 5 s batches: it is cut into MIN_BATCHES = 4 shorter ones
+    short = level_result("a", 0, 4, outs, Window(T0 + 10, T0 + 22), T0, T0 + 100, samples(12, 4, 0))
+    assert short.output_tok_s_batches == 4 and short.output_tok_s_se is not None
+
+
+def test_throughput_se_sees_a_bursty_level():
+    steady = [outcome(0, 0.0, 0.0, 400, 0.1)]  # 10 tok/s for 40 s
+    bursty = [outcome(0, 0.0, 0.0, 200, 0.05), outcome(1, 20.0, 0.0, 200, 0.05)]  # 20 tok/s half the time
+    w = Window(T0, T0 + 40)
+    a = level_result("a", 0, 1, steady, w, T0, T0 + 40, [])
+    b = level_result("a", 0, 1, bursty, w, T0, T0 + 40, [])
+    assert a.output_tok_s == pytest.approx(b.output_tok_s, rel=0.01)
+    assert a.output_tok_s_se == pytest.approx(0.0, abs=0.05)
+    assert b.output_tok_s_se > 1.0
+
+
+def test_slo_attainment_counts_failed_requests_as_missed():
+    outs = [outcome(i, 10.0 + i, ttft, 11, 0.1) for i, ttft in enumerate([0.5, 0.5, 2.0, 0.5])]
+    bad = outcome(9, 12.0, 0.5, 11, 0.1)
+    bad.status = "error"
+    gone = outcome(10, 12.0, 0.5, 11, 0.1)
+    gone.status = "cancelled"
+    w = Window(T0 + 10, T0 + 30)
+    r = level_result("a", 0, 4, outs + [bad, gone], w, T0, T0 + 30, [], slo_ttft_s=1.0)
+    assert (r.slo_n, r.slo_met, r.slo_attainment) == (5, 3, pytest.approx(0.6))
+    # TPOT 0.1 s: a 50 ms TPOT SLO fails every request; 150 ms passes the three fast ones
+    assert level_result("a", 0, 4, outs, w, T0, T0 + 30, [], slo_ttft_s=1.0, slo_tpot_s=0.05).slo_met == 0
+    assert level_result("a", 0, 4, outs, w, T0, T0 + 30, [], slo_ttft_s=1.0, slo_tpot_s=0.15).slo_met == 3
+    # in the arm's seconds: at scale 10 every TTFT is >= 5 s
+    assert level_result("a", 0, 4, outs, w, T0, T0 + 30, [], scale=10.0, slo_ttft_s=1.0).slo_met == 0
+    assert level_result("a", 0, 4, outs, w, T0, T0 + 30, []).slo_n is None  # no SLO, nothing judged

@@ -8,8 +8,23 @@ called on the second of them (the confirming level), whose levels.csv row gets t
 D1 throughput plateau (peers.md C2):
     eta_k = ((X_k - X_{k-1}) / (c_k - c_{k-1})) / (X_1 / c_1)
     = output tok/s added per added stream, relative to what one stream got at the first level.
-    k* = first k with eta_k < 0.15 and eta_{k+1} < 0.15; the knee is c_{k*-1}, the last level
-    that still paid. Also c_90 = lowest c whose X >= 90 % of the best X seen (robust to uneven steps).
+    k* = first k with upper95(eta_k) < 0.15 and upper95(eta_{k+1}) < 0.15; the knee is c_{k*-1},
+    the last level that still paid. A point estimate is not enough: X_k carries sampling noise
+    (LevelResult.output_tok_s_se, batch means of 5 s batches, analysis/levels.py), and with
+    steps of 2 streams a 2 % wobble of X is a swing of +-0.3 in eta, so point estimates called
+    the knee anywhere from 14 to 26 on the same demo. upper95(eta_k) = eta_k + t x SE(eta_k), a
+    one-sided 95 % bound; SE(eta_k) by the delta method over X_k, X_{k-1} and X_1 (independent
+    levels; X_1 enters twice when k-1 is the first level), t = Student's one-sided 95 % quantile
+    with the smallest (batches - 1) among those levels (1.645 past 30).
+    Fallback: a level with no SE (fewer than 2 batches, or a session recorded before SEs were)
+    contributes no bound: an eta that involves it is judged by its point estimate (the old rule),
+    and the result says so (values["point_estimate_at"] lists those levels' C).
+    The bound makes the knee late rather than early: a plateau is confirmed only once the noise
+    cannot hide a gain of 15 % of a stream; values["eta_upper95"] shows how far each step is, and
+    when no knee is confirmed while the median bound half-width is >= theta the detail says that
+    the ramp cannot resolve theta (levels too short or steps too small for the noise).
+    Also c_90 = lowest c whose X >= 90 % of the best X seen so far (robust to uneven steps;
+    a point estimate, reported beside the knee, never labels a row).
 D2 queueing onset:
     a level queues when queued > 5 % of C in >= 80 % of its samples (queued_share >= 0.8), or
     when the server runs at its request cap / with a full KV pool for >= 80 % of them
@@ -26,6 +41,14 @@ Queueing TTFT: share = mean server queue time / mean TTFT of the level; above 50
 Predicted knee from KV capacity (before any load): pool / (isl + osl) (every request at full
     length, conservative), pool / (isl + osl / 2) (closed loop with fixed output length holds
     half-decoded requests on average), and the request cap; the prediction is the lowest bound.
+D3 power knee (no SLOs needed): Kleinrock power P_k = X_k / TTFT_p50_k; knee_power = argmax_k P_k
+    over valid levels, confirmed when P falls at the two levels after it (report and live use
+    this one function).
+D3 goodput / SLO knee (only with SLOs; LevelResult.slo_* from analysis/levels.py): attainment
+    a_k = slo_met / slo_n; C_SLO = the largest c_k with Wilson lower95(a_k) >= 0.9 (DistServe's
+    90 %, one-sided 95 % bound, so 9 of 10 met is not enough); c_goodput = argmax_k X_k x a_k
+    (good output tok/s), confirmed like the power knee. Secondary flag: TTFT dispersion,
+    levels with TTFT p99 / p50 > 3.
 """
 
 from __future__ import annotations
@@ -33,11 +56,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from specmon.analysis.stats import t_upper_95, wilson_lower
 from specmon.model import LevelResult
 
 PLATEAU_THETA = 0.15
 QUEUED_SHARE_MIN = 0.8
 QUEUE_TTFT_SHARE = 0.5
+SLO_ATTAINMENT = 0.9
+TTFT_DISPERSION = 3.0
 
 
 @dataclass
@@ -55,31 +81,77 @@ def _valid(levels: Sequence[LevelResult]) -> list[LevelResult]:
 
 def marginal_efficiency(levels: Sequence[LevelResult]) -> list[Optional[float]]:
     """eta for each valid level (None for the first, which is the reference)."""
+    return [e for e, _ in marginal_efficiency_bounds(levels)]
+
+
+def marginal_efficiency_bounds(levels: Sequence[LevelResult]) -> list[tuple[Optional[float], Optional[float]]]:
+    """(eta, upper95(eta)) for each valid level; upper is None where a level involved has no SE."""
     lv = _valid(levels)
     if not lv or not lv[0].output_tok_s:
-        return [None] * len(lv)
-    per_stream = lv[0].output_tok_s / lv[0].offered_concurrency
-    out: list[Optional[float]] = [None]
-    for prev, cur in zip(lv, lv[1:]):
+        return [(None, None)] * len(lv)
+    x0, c0 = lv[0].output_tok_s, lv[0].offered_concurrency
+    out: list[tuple[Optional[float], Optional[float]]] = [(None, None)]
+    for k in range(1, len(lv)):
+        prev, cur = lv[k - 1], lv[k]
         dc = cur.offered_concurrency - prev.offered_concurrency
-        out.append(((cur.output_tok_s - prev.output_tok_s) / dc) / per_stream if dc > 0 else None)
+        if dc <= 0:
+            out.append((None, None))
+            continue
+        eta = ((cur.output_tok_s - prev.output_tok_s) / dc) / (x0 / c0)
+        # d eta / d X_i for the levels it depends on (X_0 twice when k - 1 == 0)
+        grad = {k: c0 / (dc * x0), k - 1: -c0 / (dc * x0)}
+        grad[0] = grad.get(0, 0.0) - eta / x0
+        ses = [lv[i].output_tok_s_se for i in grad]
+        if any(se is None for se in ses):
+            out.append((eta, None))
+            continue
+        var = sum((g * lv[i].output_tok_s_se) ** 2 for i, g in grad.items())
+        dfs = [lv[i].output_tok_s_batches - 1 for i in grad if lv[i].output_tok_s_batches]
+        t = t_upper_95(min(dfs) if len(dfs) == len(grad) else None)
+        out.append((eta, eta + t * var ** 0.5))
     return out
 
 
 def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) -> KneeResult:
     lv = _valid(levels)
-    etas = marginal_efficiency(lv)
-    values = {"eta": {str(x.offered_concurrency): (None if e is None else round(e, 4)) for x, e in zip(lv, etas)},
-              "c_90": c_90(lv)}
+    bounds = marginal_efficiency_bounds(lv)
+    point_at = [x.offered_concurrency for x, (e, u) in zip(lv, bounds) if e is not None and u is None]
+    values = {"eta": {str(x.offered_concurrency): _r(e) for x, (e, _) in zip(lv, bounds)},
+              "eta_upper95": {str(x.offered_concurrency): _r(u) for x, (_, u) in zip(lv, bounds)},
+              "theta": theta, "c_90": c_90(lv), "point_estimate_at": point_at}
+
+    def judged(i: int) -> Optional[float]:  # the bound, or the point estimate where there is none
+        e, u = bounds[i]
+        return u if u is not None else e
+
     for k in range(1, len(lv) - 1):
-        a, b = etas[k], etas[k + 1]
+        a, b = judged(k), judged(k + 1)
         if a is not None and b is not None and a < theta and b < theta:
             knee = lv[k - 1]
-            detail = (f"throughput plateau at C={knee.offered_concurrency}: {knee.output_tok_s:.0f} tok/s; "
-                      f"each stream added past it gave {a:.0%} then {b:.0%} of a first-level stream "
-                      f"(threshold {theta:.0%})")
+            se = f" +- {knee.output_tok_s_se:.0f}" if knee.output_tok_s_se is not None else ""
+            detail = (f"throughput plateau at C={knee.offered_concurrency}: {knee.output_tok_s:.0f}{se} tok/s; "
+                      f"each stream added past it gave {_eta_words(bounds[k])} then {_eta_words(bounds[k + 1])} "
+                      f"of a first-level stream (threshold {theta:.0%})")
+            if any(c in point_at for c in (lv[k].offered_concurrency, lv[k + 1].offered_concurrency)):
+                detail += "; point estimates (no throughput SE recorded)"
             return KneeResult("plateau", knee.offered_concurrency, lv[k + 1].level, detail, values)
-    return KneeResult("plateau", None, None, "no plateau yet", values)
+    widths = sorted(u - e for e, u in bounds if e is not None and u is not None)
+    half = widths[len(widths) // 2] if widths else None
+    values["eta_halfwidth_median"] = _r(half)
+    detail = "no plateau yet"
+    if half is not None and half >= theta:
+        detail += (f" (each step's eta is known only to +{half:.0%} at 95%, wider than the {theta:.0%} "
+                   f"threshold: longer levels or wider steps would resolve it)")
+    return KneeResult("plateau", None, None, detail, values)
+
+
+def _eta_words(b: tuple[Optional[float], Optional[float]]) -> str:
+    e, u = b
+    return f"{e:.0%}" if u is None else f"{e:.0%} (<= {u:.0%} at 95%)"
+
+
+def _r(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 4)
 
 
 def queues(level: LevelResult, share_min: float = QUEUED_SHARE_MIN) -> bool:
@@ -133,6 +205,7 @@ def _secs(v: float) -> str:
 
 
 def c_90(levels: Sequence[LevelResult]) -> Optional[int]:
+    """Lowest offered C whose throughput reached 90 % of the best seen so far (valid levels)."""
     lv = _valid(levels)
     if not lv:
         return None
@@ -141,6 +214,68 @@ def c_90(levels: Sequence[LevelResult]) -> Optional[int]:
         if x.output_tok_s >= 0.9 * best:
             return x.offered_concurrency
     return None
+
+
+@dataclass
+class PowerKnee:
+    concurrency: Optional[int]
+    power: Optional[float]  # tok/s per second of TTFT at the knee
+    confirmed: bool
+
+
+def power_knee(levels: Sequence[LevelResult]) -> PowerKnee:
+    """Kleinrock power X_k / TTFT_p50_k: argmax over valid levels, confirmed when it falls at the
+    two levels after the maximum."""
+    pts = [(lv.offered_concurrency, lv.output_tok_s / lv.ttft_p50_s) for lv in levels
+           if lv.valid and lv.output_tok_s is not None and lv.ttft_p50_s]
+    if not pts:
+        return PowerKnee(None, None, False)
+    k = max(range(len(pts)), key=lambda i: pts[i][1])
+    after = [p for _, p in pts[k + 1:k + 3]]
+    confirmed = len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
+    return PowerKnee(pts[k][0], pts[k][1], confirmed)
+
+
+@dataclass
+class SloKnee:
+    c_slo: Optional[int]  # largest C with Wilson lower95(attainment) >= 0.9; None: no level passed
+    c_goodput: Optional[int]  # argmax of output tok/s x attainment
+    goodput_tok_s: Optional[float]
+    goodput_confirmed: bool  # goodput fell at the two levels after its maximum
+    levels: dict  # str(C) -> {n, met, attainment, lower95, goodput_tok_s}
+
+
+def slo_knee(levels: Sequence[LevelResult], min_attainment: float = SLO_ATTAINMENT) -> Optional[SloKnee]:
+    """The SLO and goodput knees over valid levels that were judged against SLOs; None when none was."""
+    lv = [x for x in levels if x.valid and x.slo_n]
+    if not lv:
+        return None
+    per: dict = {}
+    pts = []
+    c_slo = None
+    for x in lv:
+        a = x.slo_met / x.slo_n
+        lo = wilson_lower(x.slo_met, x.slo_n)
+        g = x.output_tok_s * a if x.output_tok_s is not None else None
+        per[str(x.offered_concurrency)] = {"n": x.slo_n, "met": x.slo_met, "attainment": round(a, 4),
+                                           "lower95": None if lo is None else round(lo, 4),
+                                           "goodput_tok_s": None if g is None else round(g, 2)}
+        if lo is not None and lo >= min_attainment:
+            c_slo = x.offered_concurrency if c_slo is None else max(c_slo, x.offered_concurrency)
+        if g is not None:
+            pts.append((x.offered_concurrency, g))
+    if not pts:
+        return SloKnee(c_slo, None, None, False, per)
+    k = max(range(len(pts)), key=lambda i: pts[i][1])
+    after = [g for _, g in pts[k + 1:k + 3]]
+    confirmed = len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
+    return SloKnee(c_slo, pts[k][0], pts[k][1], confirmed, per)
+
+
+def ttft_dispersion_levels(levels: Sequence[LevelResult], ratio: float = TTFT_DISPERSION) -> list[int]:
+    """Valid levels whose TTFT p99 / p50 > ratio (the operators' 'p99 diverges from p50')."""
+    return [x.offered_concurrency for x in levels
+            if x.valid and x.ttft_p50_s and x.ttft_p99_s is not None and x.ttft_p99_s / x.ttft_p50_s > ratio]
 
 
 def predicted_knees(kv_capacity: Optional[int], isl: int, osl: int,
@@ -158,17 +293,32 @@ def predicted_knees(kv_capacity: Optional[int], isl: int, osl: int,
 
 
 def knees_summary(levels: Sequence[LevelResult], kv_capacity: Optional[int], isl: int, osl: int,
-                  max_running: Optional[int]) -> dict:
+                  max_running: Optional[int], slo_ttft_s: Optional[float] = None,
+                  slo_tpot_s: Optional[float] = None) -> dict:
     """Every definition's value for session.json (knees={arm: summary})."""
     p, q = plateau_knee(levels), queueing_knee(levels)
     qt = {str(x.offered_concurrency): (None if queue_share(x) is None else round(queue_share(x), 3))
           for x in levels if x.valid}
-    return {
+    pw = power_knee(levels)
+    out = {
         "plateau": p.concurrency, "plateau_confirmed_at_level": p.confirmed_at, "plateau_detail": p.detail,
         "queueing": q.concurrency, "queueing_confirmed_at_level": q.confirmed_at, "queueing_detail": q.detail,
-        "c_90": p.values.get("c_90"), "eta": p.values.get("eta"),
+        "c_90": p.values.get("c_90"), "eta": p.values.get("eta"), "eta_upper95": p.values.get("eta_upper95"),
+        "plateau_theta": p.values.get("theta"), "plateau_point_estimate_at": p.values.get("point_estimate_at"),
+        "eta_halfwidth_median": p.values.get("eta_halfwidth_median"),
+        "output_tok_s_se": {str(x.offered_concurrency): _r(x.output_tok_s_se) for x in levels if x.valid},
         "queueing_levels": q.values.get("queueing_levels"),
         "queue_share_of_ttft": qt,
+        "power": {"concurrency": pw.concurrency, "power_tok_s_per_s_ttft": _r(pw.power), "confirmed": pw.confirmed},
+        "ttft_dispersion_levels": ttft_dispersion_levels(levels),
         "predicted": predicted_knees(kv_capacity, isl, osl, max_running),
         "invalid_levels": [x.offered_concurrency for x in levels if not x.valid],
     }
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        sk = slo_knee(levels)
+        out["slo"] = {"slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "min_attainment": SLO_ATTAINMENT,
+                      "c_slo": sk.c_slo if sk else None, "c_goodput": sk.c_goodput if sk else None,
+                      "goodput_tok_s": _r(sk.goodput_tok_s) if sk else None,
+                      "goodput_confirmed": sk.goodput_confirmed if sk else False,
+                      "levels": sk.levels if sk else {}}
+    return out

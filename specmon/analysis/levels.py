@@ -25,6 +25,11 @@ Definitions (every "unknown" is None, never 0):
   long enough to judge (>= 3 mean e2e), or no request succeeded.
 - accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
   meta_info); the server gauge is a last-interval value, so it is only a fallback.
+- SLO attainment (peers C2 D3, only when slo_ttft_s or slo_tpot_s is given): the in-window
+  requests that were not cancelled are judged (slo_n); one meets the SLOs (slo_met) when it
+  succeeded and its TTFT <= slo_ttft_s and its TPOT <= slo_tpot_s (a bound that is None is not
+  judged; a one-token answer has no TPOT and is judged on TTFT alone). A failed request never
+  meets them. slo_attainment = slo_met / slo_n.
 - All client durations are multiplied by `scale` (simulated seconds per wall second) and rates
   divided by it; server-reported durations (queue_time) are already in server seconds.
 """
@@ -34,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from specmon.analysis.stats import mean, percentile, ratio
+from specmon.analysis.stats import mean, mean_se, percentile, rate_batches, ratio
 from specmon.load.client import RequestOutcome
 from specmon.model import LevelResult, Sample
 from specmon.sources.derive import histogram_quantile
@@ -47,6 +52,8 @@ KV_FULL = 0.95
 # a sped-up simulator stretches that trip by its speed. A client capped below C (a connection
 # pool of 100 under C=150 is 67 %) still falls well under it.
 SERVER_SEEN_MIN = 0.8
+THROUGHPUT_BATCH_S = 5.0  # batch-means batch length, in the arm's seconds (peers C2)
+MIN_BATCHES = 4
 
 
 @dataclass
@@ -62,7 +69,8 @@ class Window:
 def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestOutcome],
                  window: Window, level_t0: float, level_t1: float, samples: Sequence[Sample],
                  scale: float = 1.0, max_running: Optional[int] = None,
-                 queue_hist: Optional[Histogram] = None) -> LevelResult:
+                 queue_hist: Optional[Histogram] = None, slo_ttft_s: Optional[float] = None,
+                 slo_tpot_s: Optional[float] = None) -> LevelResult:
     r = LevelResult(arm=arm, level=level, offered_concurrency=offered)
     r.duration_s = (level_t1 - level_t0) * scale
     r.ok = sum(1 for o in outcomes if o.status == "ok")
@@ -75,13 +83,19 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     # Throughput from token arrivals inside W.
     if W > 0:
         toks = 0
+        arrivals: list[tuple[float, float]] = []  # (arm seconds since W opened, tokens)
         for o in outcomes:
             if o.t_sent is None:
                 continue
             for stamp, n in o.token_events:
-                if window.t0 <= o.wall(stamp) < window.t1:
+                t = o.wall(stamp)
+                if window.t0 <= t < window.t1:
                     toks += n
+                    arrivals.append(((t - window.t0) * scale, n))
         r.output_tok_s = toks / (W * scale)
+        batches = rate_batches(arrivals, 0.0, W * scale, THROUGHPUT_BATCH_S, MIN_BATCHES)
+        r.output_tok_s_batches = len(batches) or None
+        r.output_tok_s_se = mean_se(batches)[1]
 
     # TTFT and e2e in the arm's seconds: this client's clock, or a sped-up simulator's own stamps
     # (RequestOutcome.timed says why).
@@ -99,6 +113,19 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     r.tpot_p50_s = percentile(tpots, 50)
     r.itl_p50_s, r.itl_p99_s = percentile(itls, 50), percentile(itls, 99)
     r.e2e_mean_s = mean(e2es)
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        judged = [o for o in in_win if o.status != "cancelled"]
+        met = 0
+        for o, (ttft, e2e, _) in zip(ok_in, timed):
+            tpot = ((e2e - ttft) / (o.completion_tokens - 1)
+                    if ttft is not None and e2e is not None and o.completion_tokens and o.completion_tokens > 1 else None)
+            if slo_ttft_s is not None and (ttft is None or ttft > slo_ttft_s):
+                continue
+            if slo_tpot_s is not None and tpot is not None and tpot > slo_tpot_s:
+                continue
+            met += 1
+        r.slo_n, r.slo_met = len(judged), met
+        r.slo_attainment = met / len(judged) if judged else None
 
     out_sum = verify_sum = 0
     for o in ok_in:

@@ -6,6 +6,16 @@
 - `histogram_quantile(q, buckets)`: PromQL's, on cumulative (bound, count) buckets. It lives in
   specmon.sources.derive (the SOURCES part wrote it first); re-exported here so analysis code has
   one place to import statistics from.
+- `rate_batches(events, t0, t1, batch_s, min_batches)`: the batch-means method for a rate. The
+  span [t0, t1] is cut into n = floor((t1 - t0) / batch_s) equal batches (each >= batch_s long,
+  together the whole span, so their mean is exactly total / span); when that gives fewer than
+  `min_batches`, into `min_batches` shorter ones (their SE is less trustworthy: short batches of a
+  bursty stream are correlated). The caller passes times in the arm's own seconds.
+- `mean_se(xs)`: mean and standard error (sample stdev / sqrt(n)) of batch means; SE None under 2.
+- `t_upper_95(df)`: the one-sided 95 % quantile of Student's t (1.645 for large df): a one-sided
+  95 % upper bound is estimate + t_upper_95(df) x SE.
+- `wilson_lower(k, n, z)`: the Wilson score lower bound of a proportion k/n (one-sided 95 % with
+  the default z = 1.645); sound at 0 or n successes and small n, where the normal bound is not.
 """
 
 from __future__ import annotations
@@ -57,3 +67,54 @@ def spread_gaps(gaps_and_tokens: Sequence[tuple[float, int]]) -> list[float]:
             continue
         out.extend([gap / n] * n)
     return out
+
+
+def rate_batches(events: Iterable[tuple[float, float]], t0: float, t1: float, batch_s: float = 5.0,
+                 min_batches: int = 4) -> list[float]:
+    """Per-batch rates (amount / batch length) of (time, amount) events over [t0, t1)."""
+    span = t1 - t0
+    if span <= 0 or batch_s <= 0:
+        return []
+    n = max(int(span // batch_s), min_batches)
+    width = span / n
+    sums = [0.0] * n
+    for t, amount in events:
+        if t0 <= t < t1:
+            sums[min(int((t - t0) / width), n - 1)] += amount
+    return [x / width for x in sums]
+
+
+def mean_se(xs: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+    """(mean, standard error of the mean); SE is None with fewer than two values."""
+    xs = _clean(xs)
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    return m, math.sqrt(var / len(xs))
+
+
+# One-sided 95 % quantiles of Student's t, df = 1..30; beyond 30 the normal 1.645 is within 3 %.
+_T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761,
+        1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701,
+        1.699, 1.697]
+Z95 = 1.645
+
+
+def t_upper_95(df: Optional[int]) -> float:
+    if df is None or df > len(_T95):
+        return Z95
+    return _T95[max(df, 1) - 1]
+
+
+def wilson_lower(k: int, n: int, z: float = Z95) -> Optional[float]:
+    """Wilson score lower bound of the proportion k / n; None when n is 0."""
+    if n <= 0:
+        return None
+    p = k / n
+    den = 1 + z * z / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max((centre - half) / den, 0.0)

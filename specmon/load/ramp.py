@@ -248,7 +248,8 @@ class RampDriver:
                              live.samples_for(arm.name, window.t0, window.t1), scale=self._scale(arm.name, st.outcomes[arm.name]),
                              max_running=getattr(info, "max_running_requests", None),
                              queue_hist=_window_histogram((opened or {}).get(arm.name), _newest_metrics(live, arm.name),
-                                                          "queue_time_seconds"))
+                                                          "queue_time_seconds"),
+                             slo_ttft_s=plan.slo_ttft_s, slo_tpot_s=plan.slo_tpot_s)
             if st.paused_during:  # the window holds idle time: its rates and shares mean nothing
                 r.valid = False
                 r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
@@ -325,7 +326,8 @@ class RampDriver:
                     r.knee = k.definition  # first definition to confirm here labels the row
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail))
         self.knees[arm] = knees_summary(levels, getattr(info, "kv_capacity_tokens", None), self.plan.input_len,
-                                        self.plan.output_len, getattr(info, "max_running_requests", None))
+                                        self.plan.output_len, getattr(info, "max_running_requests", None),
+                                        slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s)
 
     def _update_session(self, live: Any, **fields: Any) -> None:
         if live.recorder is not None:

@@ -1,9 +1,11 @@
 """Every knee definition of peers.md C2 for one arm, never one number.
 
 Plateau (D1), queueing (D2) and c_90 come from specmon.analysis.knee, the same functions the
-ramp used live. Added here: the Kleinrock power knee (D3 without SLOs), P_k = X_k / TTFT_p50_k,
-knee = argmax_k P_k over valid levels, confirmed when P falls at the two levels after it; and the
-prediction the live session made from the KV pool (session.json predicted_knees).
+ramp used live, and so does the Kleinrock power knee (D3 without SLOs, analysis.knee.power_knee:
+P_k = X_k / TTFT_p50_k, argmax over valid levels, confirmed when P falls at the two levels after
+it). Added here: the prediction the live session made from the KV pool (session.json
+predicted_knees). The plateau knee uses the throughput SEs of levels.csv (output_tok_s_se); a
+session recorded before they existed gets the point-estimate rule (analysis.knee says so).
 """
 
 from __future__ import annotations
@@ -11,16 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from specmon.analysis.knee import KneeResult, c_90, plateau_knee, queueing_knee
+from specmon.analysis.knee import KneeResult, PowerKnee, c_90, plateau_knee, power_knee, queueing_knee
 from specmon.model import LevelResult
 from specmon.report.data import ReportArm
-
-
-@dataclass
-class PowerKnee:
-    concurrency: Optional[int]
-    power: Optional[float]  # tok/s per second of TTFT at the knee
-    confirmed: bool
 
 
 @dataclass
@@ -35,14 +30,8 @@ class ArmKnees:
 
 
 def kleinrock_power(levels: Sequence[LevelResult]) -> PowerKnee:
-    pts = [(lv.offered_concurrency, lv.output_tok_s / lv.ttft_p50_s) for lv in levels
-           if lv.valid and lv.output_tok_s is not None and lv.ttft_p50_s]
-    if not pts:
-        return PowerKnee(None, None, False)
-    k = max(range(len(pts)), key=lambda i: pts[i][1])
-    after = [p for _, p in pts[k + 1:k + 3]]
-    confirmed = len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
-    return PowerKnee(pts[k][0], pts[k][1], confirmed)
+    """The live ramp's power knee (one implementation, analysis.knee.power_knee)."""
+    return power_knee(levels)
 
 
 def arm_knees(arm: ReportArm) -> ArmKnees:
