@@ -45,6 +45,13 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _add_slo_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slo-ttft", type=_positive_float, default=None, metavar="S",
+                   help="TTFT SLO in seconds: per-level attainment, SLO and goodput knees (session.json)")
+    p.add_argument("--slo-tpot", type=_positive_float, default=None, metavar="S",
+                   help="TPOT SLO in seconds (time per output token after the first)")
+
+
 def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None:
     p.add_argument("--levels", type=_levels, required=levels_required,
                    help="offered concurrency levels, e.g. 10,20,40,80,150")
@@ -73,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=_positive_float, default=None, help="simulated seconds per wall second")
     p.add_argument("--level-duration", type=_positive_float, default=None, help="simulated seconds per level")
     p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
+    _add_slo_options(p)
 
     p = sub.add_parser("attach", help="watch running servers (read-only)")
     p.add_argument("urls", nargs="*", metavar="URL")
@@ -100,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true")
     p.add_argument("--out", default=None)
     _add_ramp_options(p, levels_required=True)
+    _add_slo_options(p)
 
     p = sub.add_parser("sim", help="a simulated SGLang server on 127.0.0.1 (SGLang's API, metrics and logs)",
                        add_help=False)

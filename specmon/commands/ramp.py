@@ -40,6 +40,8 @@ def plan_from_args(args) -> RampPlan:
         plan.settle_s = args.settle
     plan.dataset, plan.category, plan.tokenizer = args.dataset, args.category, args.tokenizer
     plan.flush_cache = bool(args.flush_cache)
+    plan.slo_ttft_s = getattr(args, "slo_ttft", None)
+    plan.slo_tpot_s = getattr(args, "slo_tpot", None)
     return plan
 
 

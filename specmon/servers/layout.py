@@ -34,7 +34,8 @@ Schema (every key optional unless marked):
     ramp:                           # absent: watch only
       levels: [int, ...]            # required in a ramp
       input_len, output_len, seed, dataset, category, tokenizer,
-      level_duration_s | requests_per_level, settle_s, restart_between_levels, flush_cache, timeout_s
+      level_duration_s | requests_per_level, settle_s, restart_between_levels, flush_cache, timeout_s,
+      slo_ttft_s, slo_tpot_s        # optional SLOs (seconds): SLO attainment and goodput knees
     panes: [str, ...]               # which panes show (see PANES), default all
 """
 
@@ -208,6 +209,8 @@ class RampLayout(_Strict):
     flush_cache: bool = False
     restart_between_levels: bool = False
     timeout_s: float = Field(default=600.0, gt=0)
+    slo_ttft_s: Optional[float] = Field(default=None, gt=0)
+    slo_tpot_s: Optional[float] = Field(default=None, gt=0)
 
     @field_validator("levels")
     @classmethod
@@ -238,6 +241,7 @@ class RampLayout(_Strict):
             settle_s=self.settle_s, seed=self.seed, dataset=self.dataset, category=self.category,
             tokenizer=self.tokenizer, flush_cache=self.flush_cache,
             restart_between_levels=self.restart_between_levels, timeout_s=self.timeout_s,
+            slo_ttft_s=self.slo_ttft_s, slo_tpot_s=self.slo_tpot_s,
         )
 
 
