@@ -3,6 +3,7 @@
 import asyncio
 import time
 
+
 from simproc import start_sim
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.workload import Workload
@@ -22,7 +23,7 @@ def test_tokens_counted_from_completion_tokens_and_connections_reused(monkeypatc
             outs = []
             for round_ in range(3):
                 outs += await asyncio.gather(*[send(c, w.prompt(i), 40, f"{round_}-{i}") for i in range(4)])
-            made = len(c._all) - 1  # minus the one kept for flush_cache
+            made = c.connections_opened
             await c.aclose()
             return outs, made
         outs, made = asyncio.run(main())
@@ -59,3 +60,83 @@ def test_wrong_key_is_a_recorded_error(monkeypatch):
         o = asyncio.run(main())
     assert o.status == "error" and o.error.startswith("HTTP 401")
     assert o.ttft is None and o.e2e is None and "wrong" not in o.error
+
+
+def test_stale_keepalive_is_resent_and_refused_connection_recorded():
+    """uvicorn drops an idle kept-alive socket after 5 s: the next request on it must go out
+    again on a fresh connection, not be recorded as a failure of the server."""
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        async def main():
+            c = GenerateClient(sim.url, max_concurrency=1)
+            w = Workload(input_len=16, seed=1)
+            a = await send(c, w.prompt(0), 4)
+            await asyncio.sleep(6.0)  # past uvicorn's keep-alive timeout
+            b = await send(c, w.prompt(1), 4)
+            opened = c.connections_opened
+            await c.aclose()
+            return a, b, opened
+        a, b, opened = asyncio.run(main())
+        port = sim.port
+    assert a.status == "ok" and b.status == "ok", (a.error, b.error)
+    assert opened == 2 and b.completion_tokens == 4
+    assert b.t_sent <= b.t_written <= b.t_first_byte <= b.token_events[0][0] <= b.t_end
+
+    async def refused():
+        c = GenerateClient(f"http://127.0.0.1:{port}", max_concurrency=1)  # the sim is gone
+        o = await send(c, Workload(input_len=8).prompt(0), 4)
+        await c.aclose()
+        return o
+    o = asyncio.run(refused())
+    assert o.status == "error" and o.error.startswith("ConnectError"), o.error
+
+
+def test_server_dying_mid_stream_and_a_stalled_server():
+    with start_sim("--profile", "fp8-mtp", "--fault-crash-after", "1", speed=5) as sim:
+        async def main():
+            c = GenerateClient(sim.url, max_concurrency=2)
+            w = Workload(input_len=64, seed=2)
+            # the short one finishes and triggers the crash while the long one is streaming
+            short, long_ = await asyncio.gather(send(c, w.prompt(0), 2, "s"), send(c, w.prompt(1), 2000, "l"))
+            await c.aclose()
+            return short, long_
+        short, long_ = asyncio.run(main())
+    assert short.status == "ok"
+    assert long_.status == "error" and long_.token_events, long_.error
+    assert long_.error.startswith(("ReadError", "stream ended without [DONE]")), long_.error
+    assert long_.e2e is None
+
+    with start_sim("--profile", "fp8-mtp", "--fault-stall-after", "1", "--fault-stall-s", "30", speed=5) as sim:
+        async def stalled():
+            c = GenerateClient(sim.url, max_concurrency=2, timeout_s=1.5)
+            w = Workload(input_len=64, seed=3)
+            first = await send(c, w.prompt(0), 2, "a")          # finishing it starts the stall
+            t0 = time.perf_counter()
+            second = await send(c, w.prompt(1), 50, "b")
+            waited = time.perf_counter() - t0
+            await c.aclose()
+            return first, second, waited
+        first, second, waited = asyncio.run(stalled())
+    assert first.status == "ok"
+    assert second.status == "timeout" and second.error == "ReadTimeout"
+    assert 1.4 < waited < 5.0
+
+
+def test_cancelled_request_closes_its_stream_and_the_server_aborts_it():
+    with start_sim("--profile", "fp8-mtp", "--decode-log-interval", "4", speed=2) as sim:
+        async def main():
+            c = GenerateClient(sim.url, max_concurrency=1)
+            task = asyncio.ensure_future(send(c, Workload(input_len=64, seed=4).prompt(0), 5000))
+            await asyncio.sleep(1.0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            left = len(c._free)
+            await c.aclose()
+            return left
+        assert asyncio.run(main()) == 0  # a cut stream's socket is never reused
+        decodes = sim.log_text().count("Decode batch")
+        assert decodes > 0
+        time.sleep(1.5)  # a running request logs a decode line every ~0.1 s here
+        assert sim.log_text().count("Decode batch") <= decodes + 1  # the server stopped decoding it

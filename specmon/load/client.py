@@ -1,13 +1,17 @@
 """Streaming client for SGLang's native /generate, timed the way the peers should be.
 
-Per request it keeps the perf_counter stamps of: scheduled (when the ramp wanted to send),
-sent, first byte (response headers), first token, every event that added tokens (with how many:
-the delta of meta_info.completion_tokens, so a 4-token speculative chunk counts 4), and end.
+Per request it keeps the perf_counter stamps of: sent, first byte (response headers), every
+event that added tokens (with how many: the delta of meta_info.completion_tokens, so a 4-token
+speculative chunk counts 4), and end.
 
-Bytes are stamped as they arrive and parsed cheaply: each event is scanned for
+The stream runs on a plain asyncio Protocol with h11 for the HTTP/1.1 framing (see _Stream for
+why not httpx): the request is stamped and written in one call, and bytes are stamped in
+data_received, the moment the event loop hands them over. Each event is scanned for
 `"completion_tokens":N` with a byte search, and only the final event (the one holding
 e2e_latency / spec_verify_ct / queue_time) is decoded as JSON. SGLang sends cumulative text in
 every event, so json.loads on each would cost O(n^2) in the output length.
+benchmarks/ramp_fidelity.py measures what is left: the client against the simulator's own
+socket stamps.
 
 Durations here are wall seconds; RequestOutcome.record() multiplies them by the arm's
 time_scale (simulated seconds per wall second) when it builds the RequestRecord.
@@ -17,12 +21,16 @@ outcome, never raised: one failed request must not stop a ramp.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
+import h11
 import httpx
 
 from specmon.analysis.stats import percentile, spread_gaps
@@ -74,6 +82,7 @@ class RequestOutcome:
     t_scheduled: float  # perf_counter
     t_sent: Optional[float] = None
     t_sent_wall: Optional[float] = None
+    t_written: Optional[float] = None  # perf_counter after the request's bytes were handed to the kernel
     t_first_byte: Optional[float] = None
     t_end: Optional[float] = None
     # (perf stamp, tokens added) for every event that added tokens, in order
@@ -165,137 +174,305 @@ class RequestOutcome:
         )
 
 
+class _Stream(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection carrying one streamed /generate at a time.
+
+    Why not httpx for the stream: a request passes through httpx, httpcore and anyio, each with
+    awaits that put it back at the end of the event loop's ready queue. At C=150 on a 2-core box
+    that took 16 ms (p50) from "send" to the request's last byte on the socket, and every chunk
+    took the same detour before it was stamped: TTFT read 12 % long against the simulator's
+    wire stamps. Here the request is written to the socket in the same call that stamps it, and
+    each chunk is stamped in data_received, the first Python code that sees the bytes. h11 (the
+    parser httpx itself uses) keeps the HTTP/1.1 framing correct: chunked or sized bodies,
+    keep-alive, a server that closes."""
+
+    def __init__(self) -> None:
+        self.transport: Optional[asyncio.Transport] = None
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.lost = False
+        self.exchange: Optional[_Exchange] = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:  # bytes nobody asked for: the connection is in an unknown state
+            self.close()
+            return
+        ex.feed(time.perf_counter(), data)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost = True
+        if self.exchange is not None:
+            self.exchange.cut(exc)
+
+    def reusable(self) -> bool:
+        return (not self.lost and self.transport is not None and not self.transport.is_closing()
+                and self.h11.our_state is h11.IDLE and self.h11.their_state is h11.IDLE)
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Exchange:
+    """One request/response on a _Stream: parses the SSE body as it arrives, stamps each event."""
+
+    def __init__(self, conn: _Stream, outcome: RequestOutcome, done: "asyncio.Future[None]"):
+        self.conn, self.o, self.done = conn, outcome, done
+        self.status: Optional[int] = None
+        self.buf = b""
+        self.last_tokens = 0
+        self.last_event = b""
+        self.error_body = b""
+        self.saw_done = False
+        self.t_activity = time.perf_counter()
+        self.watchdog: Optional[asyncio.TimerHandle] = None
+
+    def feed(self, now: float, data: bytes) -> None:
+        self.t_activity = now
+        conn = self.conn
+        try:
+            conn.h11.receive_data(data)
+            while True:
+                ev = conn.h11.next_event()
+                if ev is h11.NEED_DATA or ev is h11.PAUSED:
+                    return
+                if isinstance(ev, h11.Response):
+                    self.status = ev.status_code
+                    self.o.t_first_byte = now
+                elif isinstance(ev, h11.Data):
+                    if self.status == 200:
+                        self._body(now, bytes(ev.data))
+                    elif len(self.error_body) < 400:
+                        self.error_body += bytes(ev.data)
+                elif isinstance(ev, h11.EndOfMessage):
+                    if self.o.t_end is None:
+                        self.o.t_end = now
+                    if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+                        conn.h11.start_next_cycle()
+                    self._finish()
+                    return
+                elif isinstance(ev, h11.ConnectionClosed):
+                    self.cut(None)
+                    return
+        except h11.RemoteProtocolError as e:
+            conn.close()
+            self._fail("error", f"RemoteProtocolError: {e}")
+
+    def _body(self, now: float, raw: bytes) -> None:
+        o = self.o
+        buf = self.buf + raw
+        while True:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            event, buf = buf[:cut], buf[cut + 2:]
+            if not event.startswith(b"data:"):
+                continue
+            data = event[5:].lstrip()
+            if data.startswith(b"[DONE]"):
+                self.saw_done = True
+                o.t_end = now
+                continue  # read on to the end of the body so the connection can be reused
+            o.events += 1
+            if data.startswith(b'{"error"'):
+                o.status = "error"
+                o.error = _error_message(data)
+                continue
+            ct = _int_after(data, _CT_KEY)
+            if ct is not None and ct > self.last_tokens:
+                o.token_events.append((now, ct - self.last_tokens))
+                self.last_tokens = ct
+            self.last_event = data
+        self.buf = buf
+
+    def cut(self, exc: Optional[Exception]) -> None:
+        """The connection closed before the response was complete."""
+        if self.status is None:
+            self._fail("error", "RemoteProtocolError: server disconnected without sending a response")
+        else:
+            why = f": {exc}" if exc else ""
+            self._fail("error", f"ReadError: connection closed mid-response{why}"[:200])
+
+    def _fail(self, status: str, error: str) -> None:
+        if self.done.done():
+            return
+        if self.o.status == "ok":
+            self.o.status, self.o.error = status, error
+        self.conn.close()
+        self.done.set_result(None)
+
+    def _finish(self) -> None:
+        if self.done.done():
+            return
+        o = self.o
+        if self.status != 200:
+            text = self.error_body[:200].decode("utf-8", "replace")
+            o.status, o.error = "error", f"HTTP {self.status}: {text.strip()}"
+        elif not self.saw_done and o.status == "ok":
+            # SGLang ends every stream with [DONE]; a body that stops short is a cut
+            # response (a server that died mid-stream), not a finished request.
+            o.status, o.error = "error", "stream ended without [DONE]"
+        self.done.set_result(None)
+
+
 class GenerateClient:
-    """One arm's connection pool. Sized to the highest level so no hidden cap sits below it."""
+    """One arm's streaming connections. Sized to the highest level so no hidden cap sits below it."""
 
     def __init__(self, base_url: str, *, max_concurrency: int, timeout_s: float = 600.0,
-                 api_key_env: Optional[str] = None):
+                 api_key_env: Optional[str] = None, connect_timeout_s: float = 10.0):
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"  # never logged or recorded
         self.url = base_url.rstrip("/")
+        u = urlsplit(self.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"{base_url}: expected an http:// or https:// URL")
+        self._host, self._tls = u.hostname, u.scheme == "https"
+        self._port = u.port or (443 if self._tls else 80)
+        self._target = (u.path.rstrip("/") + "/generate").encode()
+        host_header = u.netloc.rsplit("@", 1)[-1]
+        self._request_headers = [(b"Host", host_header.encode()), (b"Accept", b"text/event-stream"),
+                                 *((k.encode(), v.encode()) for k, v in headers.items())]
         self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.connections_opened = 0
+        # One connection per concurrent stream, kept on a free list (keep-alive reuses each
+        # socket). A pool limit below the level would silently cap concurrency.
+        self._free: list[_Stream] = []
+        self._all: set[_Stream] = set()
+        # Building an SSL context costs ~0.1 s of CPU: one, shared by every stream.
+        self._ssl = ssl.create_default_context() if self._tls else None
         self._headers = headers
-        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
-        # One single-connection httpx client per concurrent stream, kept on a free list.
-        # A shared pool of N connections scans all N on every request (httpcore's pool is
-        # O(N) per request: 120 vs 80 ms CPU per 1k tokens at C=40 here), and a pool limit
-        # below the level would silently cap concurrency. Keep-alive still reuses each socket.
-        # Building an SSL context costs ~0.1 s of CPU: one, shared by every stream's client.
-        self._verify = httpx.create_ssl_context() if self.url.startswith("https") else False
-        self._free: list[httpx.AsyncClient] = []
-        self._all: list[httpx.AsyncClient] = []
-        self._client = self._new_client()  # for the odd non-streaming call (flush_cache)
-
-    def _new_client(self) -> httpx.AsyncClient:
-        c = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout, verify=self._verify,
-                              limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
-        self._all.append(c)
-        return c
+        self._client: Optional[httpx.AsyncClient] = None  # for the odd non-streaming call (flush_cache)
 
     async def aclose(self) -> None:
-        for c in self._all:
-            await c.aclose()
+        for c in list(self._all):
+            c.close()
         self._all.clear()
         self._free.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def flush_cache(self, timeout_s: float = 30.0) -> Optional[str]:
         """POST /flush_cache?timeout=S (waits for the server to go idle). None on success, else why."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.url, headers=self._headers, verify=self._ssl or False,
+                                             timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s))
         try:
             r = await self._client.post("/flush_cache", params={"timeout": timeout_s}, timeout=timeout_s + 10)
         except httpx.HTTPError as e:
             return f"{type(e).__name__}: {e}"
         return None if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:120]}"
 
+    async def _connect(self) -> _Stream:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(_Stream, self._host, self._port, ssl=self._ssl,
+                                   server_hostname=self._host if self._ssl else None),
+            self.connect_timeout_s)
+        self.connections_opened += 1
+        self._all.add(conn)
+        return conn
+
     async def generate(self, prompt: Prompt, max_new_tokens: int, outcome: RequestOutcome) -> RequestOutcome:
         body = prompt.payload()
         body["sampling_params"] = {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0.0}
         body["stream"] = True
         payload = json.dumps(body).encode()
+        while self._free and not self._free[-1].reusable():
+            self._drop(self._free.pop())
         reused = bool(self._free)
-        client = self._free.pop() if reused else self._new_client()
-        outcome = await self._attempt(client, payload, outcome)
+        outcome = await self._attempt(self._free.pop() if reused else None, payload, outcome)
         if reused and outcome.status == "error" and outcome.t_first_byte is None and outcome.error \
                 and outcome.error.startswith(_STALE_ERRORS):
             # A kept-alive socket the server closed while it sat idle (uvicorn drops them after
             # 5 s; a sped-up sim's pause or drain is longer): nothing reached the server, so
             # send again on a fresh connection instead of recording a failure that was ours.
-            await self._discard(client)
             outcome.status, outcome.error, outcome.t_end = "ok", None, None
-            outcome = await self._attempt(self._new_client(), payload, outcome)
+            outcome.token_events.clear()
+            outcome.events = 0
+            outcome = await self._attempt(None, payload, outcome)
         return outcome
 
-    async def _discard(self, client: httpx.AsyncClient) -> None:
-        if client in self._free:
-            self._free.remove(client)
-        if client in self._all:
-            self._all.remove(client)
-        await client.aclose()
+    def _drop(self, conn: _Stream) -> None:
+        conn.close()
+        self._all.discard(conn)
 
     async def drop_idle(self) -> None:
         """Close the kept-alive connections nobody is using (between levels they may go stale)."""
         idle, self._free = self._free, []
         for c in idle:
-            if c in self._all:
-                self._all.remove(c)
-            await c.aclose()
+            self._drop(c)
 
-    async def _attempt(self, client: httpx.AsyncClient, payload: bytes, outcome: RequestOutcome) -> RequestOutcome:
-        last_tokens = 0
-        last_event = b""
-        buf = b""
-        outcome.t_sent_wall = time.time()
-        outcome.t_sent = time.perf_counter()
-        try:
-            async with client.stream("POST", "/generate", content=payload) as resp:
-                outcome.t_first_byte = time.perf_counter()
-                if resp.status_code != 200:
-                    text = (await resp.aread())[:200].decode("utf-8", "replace")
-                    outcome.status, outcome.error = "error", f"HTTP {resp.status_code}: {text.strip()}"
-                    return outcome
-                done = False
-                async for raw in resp.aiter_raw():
-                    now = time.perf_counter()  # stamp first, parse after
-                    buf += raw
-                    while True:
-                        cut = buf.find(b"\n\n")
-                        if cut < 0:
-                            break
-                        event, buf = buf[:cut], buf[cut + 2:]
-                        if not event.startswith(b"data:"):
-                            continue
-                        data = event[5:].lstrip()
-                        if data.startswith(b"[DONE]"):
-                            done = True
-                            outcome.t_end = now
-                            break
-                        outcome.events += 1
-                        if data.startswith(b'{"error"'):
-                            outcome.status = "error"
-                            outcome.error = _error_message(data)
-                            continue
-                        ct = _int_after(data, _CT_KEY)
-                        if ct is not None and ct > last_tokens:
-                            outcome.token_events.append((now, ct - last_tokens))
-                            last_tokens = ct
-                        last_event = data
-                    # After [DONE] keep reading to the end of the body: leaving a response
-                    # unread makes httpx close the connection instead of reusing it.
-                if outcome.t_end is None:
-                    outcome.t_end = time.perf_counter()
-                if not done and outcome.status == "ok":
-                    # SGLang ends every stream with [DONE]; a body that stops short is a cut
-                    # response (a server that died mid-stream), not a finished request.
-                    outcome.status, outcome.error = "error", "stream ended without [DONE]"
-        except httpx.TimeoutException as e:
-            outcome.status, outcome.error = "timeout", f"{type(e).__name__}"
-        except httpx.HTTPError as e:
-            outcome.status, outcome.error = "error", f"{type(e).__name__}: {e}"[:200]
-        finally:
-            if outcome.t_end is None:
+    async def _attempt(self, conn: Optional[_Stream], payload: bytes, outcome: RequestOutcome) -> RequestOutcome:
+        loop = asyncio.get_running_loop()
+        fresh = conn is None
+        if fresh:
+            outcome.t_sent_wall = time.time()
+            outcome.t_sent = time.perf_counter()
+            try:
+                conn = await self._connect()
+            except asyncio.TimeoutError:
+                outcome.status, outcome.error = "timeout", "ConnectTimeout"
+            except OSError as e:
+                outcome.status, outcome.error = "error", f"ConnectError: {e}"[:200]
+            if conn is None:
                 outcome.t_end = time.perf_counter()
-            self._free.append(client)
+                return outcome
+        done: asyncio.Future[None] = loop.create_future()
+        ex = _Exchange(conn, outcome, done)
+        conn.exchange = ex
+        head = h11.Request(method=b"POST", target=self._target,
+                           headers=[*self._request_headers, (b"Content-Length", str(len(payload)).encode())])
+        wire = conn.h11.send(head) + conn.h11.send(h11.Data(data=payload)) + conn.h11.send(h11.EndOfMessage())
+        if not fresh:
+            # Stamp, then write: transport.write hands the bytes to the kernel in this same call.
+            # (A new connection was stamped before its connect: the user waits for that too.)
+            outcome.t_sent_wall = time.time()
+            outcome.t_sent = time.perf_counter()
+        ex.t_activity = outcome.t_sent
+        conn.transport.write(wire)
+        outcome.t_written = time.perf_counter()  # the request is in the kernel: what sending cost us
+        ex.watchdog = loop.call_later(min(self.timeout_s, 5.0), self._watch, ex)
+        try:
+            await done
+        except asyncio.CancelledError:
+            conn.close()  # the server sees the disconnect and aborts the request
+            self._all.discard(conn)
+            raise
+        finally:
+            if ex.watchdog is not None:
+                ex.watchdog.cancel()
+            conn.exchange = None
+        if outcome.t_end is None:
+            outcome.t_end = time.perf_counter()
+        if conn.reusable():
+            self._free.append(conn)
+        else:
+            self._drop(conn)
+        self._read_final(ex)
+        return outcome
+
+    def _watch(self, ex: _Exchange) -> None:
+        """Read-inactivity timeout: one timer per request, re-armed for the time left."""
+        if ex.done.done():
+            return
+        idle = time.perf_counter() - ex.t_activity
+        if idle >= self.timeout_s:
+            ex._fail("timeout", "ReadTimeout")
+            return
+        ex.watchdog = asyncio.get_running_loop().call_later(min(self.timeout_s - idle, 5.0), self._watch, ex)
+
+    @staticmethod
+    def _read_final(ex: _Exchange) -> None:
+        outcome, last_event = ex.o, ex.last_event
         if last_event:
             try:
                 final = json.loads(last_event)
@@ -310,10 +487,9 @@ class GenerateClient:
                     outcome.status, outcome.error = "error", f"aborted: {fr.get('message')}"
             except (json.JSONDecodeError, AttributeError):
                 outcome.prompt_tokens = _int_after(last_event, _PT_KEY)
-                outcome.completion_tokens = last_tokens or None
+                outcome.completion_tokens = ex.last_tokens or None
         if outcome.status == "ok" and not outcome.token_events:
             outcome.status, outcome.error = "error", "stream ended without a token"
-        return outcome
 
 
 def _error_message(data: bytes) -> str:
