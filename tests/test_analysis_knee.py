@@ -164,22 +164,24 @@ def with_se(lv, se, batches=27):
 CS, XS = [10, 12, 14, 16, 18], [1000, 1190, 1200, 1205, 1210]
 
 
-def test_plateau_bound_blocks_a_knee_the_noise_could_hide():
+def test_plateau_called_on_point_estimates_and_flagged_when_the_noise_could_hide_it():
     # Point estimates cross theta (eta 5 %, 2.5 %), but with +-30 tok/s per level a step of two
-    # streams cannot tell 5 % from 40 % of a stream: no knee may be confirmed.
+    # streams cannot tell 5 % from 40 % of a stream: the knee is called, marked unresolved.
     noisy = with_se(curve(CS, XS), 30.0)
     etas = marginal_efficiency(noisy)
     assert etas[2] == pytest.approx(0.05) and etas[3] == pytest.approx(0.025)
     k = plateau_knee(noisy)
-    assert k.concurrency is None and k.confirmed_at is None, k.detail
+    assert (k.concurrency, k.confirmed_at) == (12, 3)
+    assert k.values["resolved"] is False and "within the noise" in k.detail
     assert k.values["eta_upper95"]["14"] > 0.15
     assert k.values["point_estimate_at"] == []
 
 
-def test_plateau_bound_confirms_when_the_levels_are_precise():
+def test_plateau_resolved_when_the_levels_are_precise():
     precise = with_se(curve(CS, XS), 2.0)
     k = plateau_knee(precise)
     assert (k.concurrency, k.confirmed_at) == (12, 3)
+    assert k.values["resolved"] is True and "within the noise" not in k.detail
     assert "at 95%" in k.detail and "+- 2 tok/s" in k.detail
     assert k.values["eta_upper95"]["14"] < 0.15
 
@@ -261,8 +263,8 @@ def test_knees_summary_carries_d3_only_with_slos():
 
 
 def test_unresolved_plateau_says_the_ramp_cannot_resolve_theta():
-    k = plateau_knee(with_se(curve(CS, XS), 30.0))
-    assert k.values["eta_halfwidth_median"] > 0.15
+    k = plateau_knee(with_se(curve(CS, [1000, 1190, 1300, 1410, 1520]), 30.0))  # no plateau, noisy
+    assert k.concurrency is None and k.values["eta_halfwidth_median"] > 0.15
     assert "known only to" in k.detail
     assert "known only to" not in plateau_knee(with_se(curve(CS[:3], [1000, 1190, 1400]), 1.0)).detail
 

@@ -8,21 +8,24 @@ called on the second of them (the confirming level), whose levels.csv row gets t
 D1 throughput plateau (peers.md C2):
     eta_k = ((X_k - X_{k-1}) / (c_k - c_{k-1})) / (X_1 / c_1)
     = output tok/s added per added stream, relative to what one stream got at the first level.
-    k* = first k with upper95(eta_k) < 0.15 and upper95(eta_{k+1}) < 0.15; the knee is c_{k*-1},
-    the last level that still paid. A point estimate is not enough: X_k carries sampling noise
-    (LevelResult.output_tok_s_se, batch means of 5 s batches, analysis/levels.py), and with
-    steps of 2 streams a 2 % wobble of X is a swing of +-0.3 in eta, so point estimates called
-    the knee anywhere from 14 to 26 on the same demo. upper95(eta_k) = eta_k + t x SE(eta_k), a
-    one-sided 95 % bound; SE(eta_k) by the delta method over X_k, X_{k-1} and X_1 (independent
-    levels; X_1 enters twice when k-1 is the first level), t = Student's one-sided 95 % quantile
-    with the smallest (batches - 1) among those levels (1.645 past 30).
-    Fallback: a level with no SE (fewer than 2 batches, or a session recorded before SEs were)
-    contributes no bound: an eta that involves it is judged by its point estimate (the old rule),
-    and the result says so (values["point_estimate_at"] lists those levels' C).
-    The bound makes the knee late rather than early: a plateau is confirmed only once the noise
-    cannot hide a gain of 15 % of a stream; values["eta_upper95"] shows how far each step is, and
-    when no knee is confirmed while the median bound half-width is >= theta the detail says that
-    the ramp cannot resolve theta (levels too short or steps too small for the noise).
+    k* = first k with eta_k < 0.15 and eta_{k+1} < 0.15 (the point estimates, two consecutive
+    levels: the issue's rule); the knee is c_{k*-1}, the last level that still paid.
+    How sure that is: X_k carries sampling noise (LevelResult.output_tok_s_se, batch means of
+    5 s batches, analysis/levels.py), and with steps of 2 streams a 2 % wobble of X is a swing
+    of +-0.3 in eta. upper95(eta_k) = eta_k + t x SE(eta_k), a one-sided 95 % bound; SE(eta_k)
+    by the delta method over X_k, X_{k-1} and X_1 (independent levels; X_1 enters twice when
+    k-1 is the first level), t = Student's one-sided 95 % quantile with the smallest
+    (batches - 1) among those levels (1.645 past 30). The knee is *resolved* when the bounds at
+    k* and k*+1 are below theta too (values["resolved"]); otherwise the detail says the plateau
+    is within the noise. Judging by the bounds alone was tried: on the demo ramp (steps of 2
+    streams, ~60 s levels) the bound half-width is +55-74 % of a stream, so no knee was ever
+    confirmed, while the point estimates landed at 18/16/18 (FP8) and 24/24/24 (NVFP4) over
+    three runs, where the field data has ~18 and 22-25. A knee that is never called helps no
+    one; one that is called with its uncertainty beside it does.
+    A level with no SE (fewer than 2 batches, or a session recorded before SEs were) has no
+    bound (values["point_estimate_at"] lists those levels' C); when no knee is confirmed while
+    the median bound half-width is >= theta the detail says that the ramp cannot resolve theta
+    (levels too short or steps too small for the noise).
     Also c_90 = lowest c whose X >= 90 % of the best X seen so far (robust to uneven steps;
     a point estimate, reported beside the knee, never labels a row).
 D2 queueing onset:
@@ -120,20 +123,21 @@ def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) ->
               "eta_upper95": {str(x.offered_concurrency): _r(u) for x, (_, u) in zip(lv, bounds)},
               "theta": theta, "c_90": c_90(lv), "point_estimate_at": point_at}
 
-    def judged(i: int) -> Optional[float]:  # the bound, or the point estimate where there is none
-        e, u = bounds[i]
-        return u if u is not None else e
-
     for k in range(1, len(lv) - 1):
-        a, b = judged(k), judged(k + 1)
+        (a, ua), (b, ub) = bounds[k], bounds[k + 1]
         if a is not None and b is not None and a < theta and b < theta:
             knee = lv[k - 1]
             se = f" +- {knee.output_tok_s_se:.0f}" if knee.output_tok_s_se is not None else ""
             detail = (f"throughput plateau at C={knee.offered_concurrency}: {knee.output_tok_s:.0f}{se} tok/s; "
                       f"each stream added past it gave {_eta_words(bounds[k])} then {_eta_words(bounds[k + 1])} "
                       f"of a first-level stream (threshold {theta:.0%})")
-            if any(c in point_at for c in (lv[k].offered_concurrency, lv[k + 1].offered_concurrency)):
+            if ua is None or ub is None:
+                values["resolved"] = None
                 detail += "; point estimates (no throughput SE recorded)"
+            else:
+                values["resolved"] = ua < theta and ub < theta
+                if not values["resolved"]:
+                    detail += "; within the noise at 95% (longer levels or wider steps would settle it)"
             return KneeResult("plateau", knee.offered_concurrency, lv[k + 1].level, detail, values)
     widths = sorted(u - e for e, u in bounds if e is not None and u is not None)
     half = widths[len(widths) // 2] if widths else None
