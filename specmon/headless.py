@@ -1,7 +1,9 @@
 """The headless front end: the same LiveSession as the TUI, printed as plain lines on stdout.
 
 One compact line per tick (all arms), a line per server self-description, knee call, level
-start, marker and session end, and the per-level table when a level finishes.
+start, marker and session end, the per-level table when a level finishes, and when the ramp
+ends one line per arm with every knee (plateau, queueing, the D3 power knee, and the SLO and
+goodput knees when SLOs were given), from the knees the ramp sent with its last LevelFinished.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 import time
 from typing import Any, Optional, TextIO
 
+from specmon.analysis.knee import slo_condition
 from specmon.model import (
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
     Sample, SamplesTick, SessionEnded,
@@ -83,11 +86,46 @@ def level_table(e: LevelFinished) -> str:
     return "\n".join(out)
 
 
+def _c(v: Optional[float]) -> str:
+    return "?" if v is None else f"{v:g}"
+
+
+def noise_note(resolved: Optional[bool]) -> str:
+    """' (within the noise)' for a plateau knee its 95% bounds do not settle; '' otherwise."""
+    return " (within the noise)" if resolved is False else ""
+
+
+def knees_line(arm: str, k: dict) -> str:
+    """One arm's knees at the end of the ramp (k: analysis.knee.knees_summary, session.json's shape):
+    'fp8-mtp: plateau C=18 (within the noise); power knee C=18 (confirmed); SLO (TTFT<=2 s) met up to
+    C=10, goodput peak C=14'."""
+    parts = []
+    if k.get("plateau") is not None:
+        parts.append(f"plateau C={_c(k['plateau'])}{noise_note(k.get('plateau_resolved'))}")
+    if k.get("queueing") is not None:
+        parts.append(f"queueing C={_c(k['queueing'])}")
+    pw = k.get("power") or {}
+    if pw.get("concurrency") is not None:
+        parts.append(f"power knee C={_c(pw['concurrency'])} ({'confirmed' if pw.get('confirmed') else 'not confirmed'})")
+    else:
+        parts.append("power knee: no valid level")
+    slo = k.get("slo")
+    if slo:
+        words = f"SLO ({slo_condition(slo.get('slo_ttft_s'), slo.get('slo_tpot_s'))}) "
+        words += (f"met up to C={_c(slo['c_slo'])}" if slo.get("c_slo") is not None
+                  else f"not met at any level (lower 95% bound of attainment < {slo.get('min_attainment', 0.9):.0%})")
+        if slo.get("c_goodput") is not None:
+            words += f", goodput peak C={_c(slo['c_goodput'])}" + ("" if slo.get("goodput_confirmed") else " (not confirmed)")
+        parts.append(words)
+    return f"{arm}: " + "; ".join(parts)
+
+
 class HeadlessPrinter:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
         self.t0 = time.time()
         self._gpu_said = False
+        self._knees: dict[str, dict] = {}  # arm -> the latest knees summary (LevelFinished.knees)
 
     def __call__(self, e: Event) -> None:
         line = self.render(e)
@@ -107,14 +145,19 @@ class HeadlessPrinter:
             return info_line(e)
         if isinstance(e, KneeCalled):
             c = "?" if e.concurrency is None else f"{e.concurrency:g}"
-            return f"knee [{e.definition}] {e.arm}: ~{c} concurrent requests ({e.detail})"
+            return f"knee [{e.definition}] {e.arm}: ~{c} concurrent requests{noise_note(e.resolved)} ({e.detail})"
         if isinstance(e, LevelStarted):
             planned = f", {e.planned_s:g} s" if e.planned_s else ""
             return f"level {e.level + 1}/{e.levels_total}: concurrency {e.offered_concurrency}{planned}"
         if isinstance(e, LevelFinished):
+            self._knees.update(e.knees)
             return level_table(e)
         if isinstance(e, RampFinished):
-            return f"ramp finished: {e.reason}"
+            lines = [f"ramp finished: {e.reason}"]
+            if self._knees:
+                lines.append("knees:")
+                lines += ["  " + knees_line(arm, k) for arm, k in self._knees.items()]
+            return "\n".join(lines)
         if isinstance(e, ArmPhase):
             return f"{e.arm}: {e.phase}" + (f" ({e.detail})" if e.detail else "")
         if isinstance(e, Marker):

@@ -378,6 +378,9 @@ class LevelProgress(Event):
 class LevelFinished(Event):
     level: int
     results: list[LevelResult]  # one per arm
+    # arm -> analysis.knee.knees_summary over the arm's levels so far (session.json's `knees`
+    # shape: plateau, queueing, power, slo...); empty when the sender computed none.
+    knees: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -386,6 +389,8 @@ class KneeCalled(Event):
     definition: str  # "plateau" | "queueing" | "predicted"
     concurrency: Optional[float]
     detail: str
+    # plateau only: its 95% bounds settle it (True), it is within the noise (False), no SEs (None)
+    resolved: Optional[bool] = None
 
 
 @dataclass

@@ -347,3 +347,21 @@ def test_same_name_with_different_settings_is_two_configurations(tmp_path):
     assert (comp.base, comp.other) == ("tp8 [off]", "tp8 [mtp]")
     assert comp.rows[0].ratio == pytest.approx(541.9 / 542.2)
     assert "Repeat runs" not in render_md(build_report(sessions, arms, None, None))
+
+
+def test_knees_slo_and_goodput_and_a_plateau_within_the_noise(tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "snapshot_apps"))
+    import make_session
+
+    # worked by hand in make_session.write_knees: C_SLO 20, goodput peak 20 (unconfirmed), power 10 (confirmed),
+    # plateau 10 confirmed at the third level, within the noise
+    text = report_md([make_session.write_knees(tmp_path / "k")])
+    (row,) = md_tables(text)["Knees"]
+    assert row["plateau (D1)"] == "10 (confirmed at level 3, within the noise)"
+    assert row["power knee (X/TTFT p50)"] == "10 (confirmed)"
+    assert row["SLO knee (C_SLO)"] == "20" and row["goodput knee"] == "20 (not confirmed)"
+    assert "- a: SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=20, goodput peak C=20 (1,040 good tok/s) (not confirmed)" in text
+    # no SLO given: no SLO columns
+    write_session(tmp_path / "s", {"a": KNOWN})
+    (row,) = md_tables(report_md([tmp_path / "s"]))["Knees"]
+    assert "SLO knee (C_SLO)" not in row and "goodput knee" not in row

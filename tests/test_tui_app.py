@@ -225,3 +225,25 @@ async def test_live_three_arms_attach(tmp_path):
             assert app.focused is panels["fp8-nospec"]
             await pilot.press("q")
         assert app.return_value  # LiveSession's exit reason
+
+
+async def test_replay_shows_d3_knees_and_a_plateau_within_the_noise(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent / "snapshot_apps"))
+    import make_session
+
+    from specmon.tui.widgets.knee_banner import KneeBanner
+
+    folder = make_session.write_knees(tmp_path / "k")
+    app = SpecmonApp(ReplaySource(folder, speed=1e9), "t")  # end_ts is the real close time
+    async with app.run_test(size=(200, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, what="replay end")
+        await pilot.pause()
+        banner = app.query_one(KneeBanner)
+        assert banner.display
+        line = text(banner)
+        assert "plateau C=10 (within the noise)" in line
+        assert "power C=10 ·" in line  # confirmed: no '?'
+        assert "SLO met to C=20 (TTFT≤2 s, TPOT≤30 ms)" in line and "goodput C=20?" in line
+        table = text(app.query_one(LevelTable)).splitlines()
+        assert table[-2].endswith("◆ plateau*")
+        assert table[-1].startswith("* plateau within the noise")

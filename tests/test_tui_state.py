@@ -105,3 +105,47 @@ def test_replay_rebuilds_the_event_stream(tmp_path):
     assert s0.accept_length is not None and s0.ttft_p99_s is None
     # timing: events in recorded order
     assert [e.ts for e in src.events] == sorted(e.ts for e in src.events)
+
+
+def test_level_finished_knees_feed_the_d3_summary_and_the_banner_flag():
+    st = SessionState()
+    st.apply(LevelFinished(level=0, results=[LevelResult(arm="a", level=0, offered_concurrency=8)],
+                           knees={"a": {"power": {"concurrency": 8, "confirmed": False}}}))
+    d3 = st.arm("a").d3
+    assert (d3.power_c, d3.power_confirmed, d3.slo) == (8, False, None)
+    assert not st.arm("a").knee_news  # an unconfirmed maximum alone is no news
+    st.apply(LevelFinished(level=1, results=[LevelResult(arm="a", level=1, offered_concurrency=16)], knees={"a": {
+        "power": {"concurrency": 8, "confirmed": True},
+        "slo": {"slo_ttft_s": 2.0, "slo_tpot_s": 0.03, "c_slo": None, "c_goodput": 16, "goodput_confirmed": False}}}))
+    d3 = st.arm("a").d3
+    assert d3.power_confirmed and d3.slo == "TTFT<=2 s, TPOT<=30 ms" and d3.c_slo is None and d3.c_goodput == 16
+    assert st.arm("a").knee_news
+    st.apply(KneeCalled(arm="a", definition="plateau", concurrency=8, detail="", resolved=False))
+    assert st.arm("a").plateau_resolved is False
+
+
+def test_headless_prints_every_knee_per_arm_when_the_ramp_ends(tmp_path):
+    import asyncio
+    import io
+
+    from specmon.headless import HeadlessPrinter
+
+    folder = make_session.write_knees(tmp_path / "k", arm="fp8-mtp")
+    out = io.StringIO()
+    asyncio.run(ReplaySource(folder, speed=1e9).run(HeadlessPrinter(out), asyncio.Event()))
+    lines = out.getvalue().splitlines()
+    assert "knee [plateau] fp8-mtp: ~10 concurrent requests (within the noise) (throughput plateau at C=10 (test))" in lines
+    end = lines.index("ramp finished: done")
+    assert lines[end + 1:end + 3] == [
+        "knees:",
+        "  fp8-mtp: plateau C=10 (within the noise); power knee C=10 (confirmed); "
+        "SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=20, goodput peak C=20 (not confirmed)"]
+
+
+def test_replay_knees_per_level_are_those_of_the_levels_so_far(tmp_path):
+    folder = make_session.write_knees(tmp_path / "k")
+    finished = [e for e in ReplaySource(folder, speed=1e9).events if isinstance(e, LevelFinished)]
+    power = [e.knees["a"]["power"] for e in finished]
+    # one level: its own maximum, unconfirmed; three: C=10 fell twice after it
+    assert [(p["concurrency"], p["confirmed"]) for p in power] == [(10, False), (10, False), (10, True)]
+    assert [e.knees["a"]["slo"]["c_slo"] for e in finished] == [10, 20, 20]

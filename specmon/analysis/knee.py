@@ -276,6 +276,16 @@ def slo_knee(levels: Sequence[LevelResult], min_attainment: float = SLO_ATTAINME
     return SloKnee(c_slo, pts[k][0], pts[k][1], confirmed, per)
 
 
+def slo_condition(slo_ttft_s: Optional[float], slo_tpot_s: Optional[float]) -> str:
+    """The SLOs in words, for every front end: 'TTFT<=2 s, TPOT<=30 ms' (a None one is left out)."""
+    parts = [f"{name}<={_limit(v)}" for name, v in (("TTFT", slo_ttft_s), ("TPOT", slo_tpot_s)) if v is not None]
+    return ", ".join(parts) or "no SLO"
+
+
+def _limit(v: float) -> str:
+    return f"{v:g} s" if v >= 1 else f"{v * 1000:g} ms"
+
+
 def ttft_dispersion_levels(levels: Sequence[LevelResult], ratio: float = TTFT_DISPERSION) -> list[int]:
     """Valid levels whose TTFT p99 / p50 > ratio (the operators' 'p99 diverges from p50')."""
     return [x.offered_concurrency for x in levels
@@ -306,6 +316,7 @@ def knees_summary(levels: Sequence[LevelResult], kv_capacity: Optional[int], isl
     pw = power_knee(levels)
     out = {
         "plateau": p.concurrency, "plateau_confirmed_at_level": p.confirmed_at, "plateau_detail": p.detail,
+        "plateau_resolved": p.values.get("resolved"),
         "queueing": q.concurrency, "queueing_confirmed_at_level": q.confirmed_at, "queueing_detail": q.detail,
         "c_90": p.values.get("c_90"), "eta": p.values.get("eta"), "eta_upper95": p.values.get("eta_upper95"),
         "plateau_theta": p.values.get("theta"), "plateau_point_estimate_at": p.values.get("point_estimate_at"),

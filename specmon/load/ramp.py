@@ -283,7 +283,8 @@ class RampDriver:
         stats["server_pace"] = paces or None
         self.client_stats.append(stats)
         self._update_session(live, knees=self.knees, load_client=self.client_stats)
-        emit(LevelFinished(level=i, results=results))
+        emit(LevelFinished(level=i, results=results, knees={a.name: self.knees[a.name] for a in self.arms
+                                                           if a.name in self.knees}))
 
     def _wall_eta(self, i: int, elapsed: float) -> Optional[float]:
         """Wall seconds until the ramp ends: what the operator waits (level times are the arms')."""
@@ -324,7 +325,8 @@ class RampDriver:
                 self._called.add((arm, k.definition))
                 if r.knee is None:
                     r.knee = k.definition  # first definition to confirm here labels the row
-                emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail))
+                emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail,
+                                resolved=k.values.get("resolved")))
         self.knees[arm] = knees_summary(levels, getattr(info, "kv_capacity_tokens", None), self.plan.input_len,
                                         self.plan.output_len, getattr(info, "max_running_requests", None),
                                         slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s)

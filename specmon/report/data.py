@@ -33,6 +33,8 @@ class ReportArm:
     power_w: dict[int, Optional[float]] = field(default_factory=dict)  # level index -> mean gpu_power_w
     predicted_knee: Optional[float] = None
     predicted_detail: Optional[str] = None
+    slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
+    slo_tpot_s: Optional[float] = None
 
     def power_at(self, lv: LevelResult) -> Optional[float]:
         return None if lv.level is None else self.power_w.get(lv.level)
@@ -119,6 +121,7 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
     server_args = dict(arm_meta.get("server_args") or {})
     gpus, source = _gpu_count(meta, name, server_args)
     pred = (meta.get("predicted_knees") or {}).get(name)
+    plan = meta.get("ramp_plan") if isinstance(meta.get("ramp_plan"), dict) else {}
     power: dict[int, list[Optional[float]]] = {}
     for smp in s.rec.samples:
         if smp.arm == name and smp.level is not None:
@@ -129,7 +132,12 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
         power_w={lv: mean(vals) for lv, vals in power.items()},
         predicted_knee=pred.get("concurrency") if isinstance(pred, dict) else None,
         predicted_detail=pred.get("detail") if isinstance(pred, dict) else None,
+        slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
     )
+
+
+def _opt_float(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _gpu_count(meta: dict, name: str, server_args: dict) -> tuple[int, str]:

@@ -146,28 +146,69 @@ def levels_section(arms: Sequence[ReportArm]) -> Section:
 
 
 def knees_section(arms: Sequence[ReportArm]) -> Section:
-    headers = ["arm", "plateau (D1)", "queueing (D2)", "c_90", "power knee (X/TTFT p50)", "predicted (KV/cap)",
-               "invalid levels"]
+    knees = [(a, arm_knees(a)) for a in arms]
+    with_slo = any(k.slo_words is not None for _, k in knees)
+    headers = ["arm", "plateau (D1)", "queueing (D2)", "c_90", "power knee (X/TTFT p50)"]
+    if with_slo:
+        headers += ["SLO knee (C_SLO)", "goodput knee"]
+    headers += ["predicted (KV/cap)", "invalid levels"]
     rows, lines = [], []
-    for a in arms:
-        k = arm_knees(a)
+    for a, k in knees:
         power = "" if k.power.concurrency is None else (
             f"{k.power.concurrency}" + (" (confirmed)" if k.power.confirmed else " (not confirmed)"))
-        rows.append([a.key, _knee_cell(k.plateau.concurrency, k.plateau.confirmed_at),
-                     _knee_cell(k.queueing.concurrency, k.queueing.confirmed_at), _s(k.c_90), power,
-                     num(k.predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
+        plateau = _knee_cell(k.plateau.concurrency, k.plateau.confirmed_at,
+                             "within the noise" if k.plateau_within_noise else None)
+        row = [a.key, plateau, _knee_cell(k.queueing.concurrency, k.queueing.confirmed_at), _s(k.c_90), power]
+        if with_slo:
+            row += _slo_cells(k)
+        rows.append(row + [num(k.predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
         lines.append(f"{a.key}: {k.plateau.detail}; {k.queueing.detail}" +
                      (f"; predicted: {k.predicted_detail}" if k.predicted_detail else ""))
-    return Section("Knees", lines, [Table(headers, rows, None, [
-        "plateau and queueing are confirmed on two consecutive valid levels (peers C2 D1/D2); "
-        "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
-        "confirmed when it falls at the next two levels"])])
+        if k.slo_words is not None:
+            lines.append(f"{a.key}: {_slo_sentence(k)}")
+    notes = ["plateau and queueing are confirmed on two consecutive valid levels (peers C2 D1/D2); "
+             "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
+             "confirmed when it falls at the next two levels"]
+    if any(k.plateau_within_noise for _, k in knees):
+        notes.append("within the noise: the plateau's one-sided 95% bounds of eta do not settle it "
+                     "(longer levels or wider steps would)")
+    if with_slo:
+        notes.append("C_SLO = the largest C whose SLO attainment has a Wilson lower 95% bound >= 90%; goodput knee = "
+                     "argmax of out tok/s x attainment, confirmed when it falls at the next two levels")
+    return Section("Knees", lines, [Table(headers, rows, None, notes)])
 
 
-def _knee_cell(c, confirmed_at) -> str:
+def _slo_cells(k) -> list[str]:
+    if k.slo_words is None:
+        return ["", ""]
+    if k.slo is None:
+        return ["no level judged", ""]
+    goodput = "" if k.slo.c_goodput is None else (
+        f"{k.slo.c_goodput}" + (" (confirmed)" if k.slo.goodput_confirmed else " (not confirmed)"))
+    return ["none met" if k.slo.c_slo is None else f"{k.slo.c_slo}", goodput]
+
+
+def _slo_sentence(k) -> str:
+    """'SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=10, goodput peak C=14 (6,200 tok/s)'."""
+    words = f"SLO ({k.slo_words}) "
+    if k.slo is None:
+        return words + "not judged at any valid level"
+    words += (f"met up to C={k.slo.c_slo}" if k.slo.c_slo is not None
+              else "not met at any level (lower 95% bound of attainment < 90%)")
+    if k.slo.c_goodput is not None:
+        words += f", goodput peak C={k.slo.c_goodput}"
+        if k.slo.goodput_tok_s is not None:
+            words += f" ({k.slo.goodput_tok_s:,.0f} good tok/s)"
+        if not k.slo.goodput_confirmed:
+            words += " (not confirmed)"
+    return words
+
+
+def _knee_cell(c, confirmed_at, note: Optional[str] = None) -> str:
     if c is None:
         return ""
-    return f"{c}" if confirmed_at is None else f"{c} (confirmed at level {confirmed_at + 1})"
+    words = [w for w in (None if confirmed_at is None else f"confirmed at level {confirmed_at + 1}", note) if w]
+    return f"{c}" + (f" ({', '.join(words)})" if words else "")
 
 
 def repeats_section(gs: Sequence[ArmGroup]) -> Section:

@@ -4,7 +4,9 @@
 headless printer play it unchanged (Dolphie's record/replay through the same panels). What the
 recorder did not keep is rebuilt from what it did: level boundaries from the `level` column of
 samples.csv, progress from requests.csv completions, knees from levels.csv's `knee` column and
-session.json's `predicted_knees`. Host GPU snapshots and server log lines are not recorded, so
+session.json's `predicted_knees`, and each LevelFinished's knees summary by the ramp's own
+function (analysis.knee.knees_summary) over the levels.csv rows finished so far, with the SLOs
+of session.json's ramp_plan (session.json keeps only the last level's summary). Host GPU snapshots and server log lines are not recorded, so
 a replay has neither.
 """
 
@@ -18,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from specmon.analysis.knee import knees_summary
 from specmon.errors import UsageError
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, LevelFinished, LevelProgress, LevelResult,
@@ -230,10 +233,20 @@ def build_events(rec: RecordedSession) -> list[Event]:
         levels_total = max(results_by_level) + 1
 
     recorded_knees = meta.get("knees") or {}
+    finished: dict[str, list[LevelResult]] = defaultdict(list)
+
+    def summary(arm: str) -> dict:
+        args = (arm_meta.get(arm) or {}).get("server_args") or {}
+        return knees_summary(finished[arm], args.get("kv_capacity_tokens"), plan.get("input_len") or 0,
+                             plan.get("output_len") or 0, args.get("max_running_requests"),
+                             slo_ttft_s=plan.get("slo_ttft_s"), slo_tpot_s=plan.get("slo_tpot_s"))
 
     def finish(level: int, ts: float) -> None:
         results = results_by_level.pop(level, [])
-        events.append(LevelFinished(level=level, results=results, ts=ts))
+        for r in results:
+            finished[r.arm].append(r)
+        knees = {r.arm: summary(r.arm) for r in results}
+        events.append(LevelFinished(level=level, results=results, knees=knees, ts=ts))
         for r in results:
             # session.json has every definition confirmed at this level with its knee (the level
             # that still paid, not the confirming one); levels.csv labels only the first.
@@ -243,8 +256,11 @@ def build_events(rec: RecordedSession) -> list[Event]:
             if not calls and r.knee:  # older sessions: only the label
                 calls = [(r.knee, r.offered_concurrency, f"confirmed at level {level + 1}")]
             for definition, concurrency, detail in calls:
+                resolved = None
+                if definition == "plateau":  # recorded since plateau_resolved existed, else recomputed
+                    resolved = k["plateau_resolved"] if "plateau_resolved" in k else knees[r.arm].get("plateau_resolved")
                 events.append(KneeCalled(arm=r.arm, definition=definition, concurrency=concurrency,
-                                         detail=detail or "", ts=ts))
+                                         detail=detail or "", resolved=resolved, ts=ts))
 
     current: Optional[int] = None
     level_t0 = 0.0

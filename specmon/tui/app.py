@@ -181,7 +181,8 @@ class SpecmonApp(App[str]):
         ev = m.event
         if ev.definition != "predicted" and not self.display_paused:
             where = "—" if ev.concurrency is None else f"{ev.concurrency:g}"
-            self.notify(f"{ev.arm}: knee at C={where} ({ev.definition})", title="knee", timeout=8)
+            noise = ", within the noise" if ev.definition == "plateau" and ev.resolved is False else ""
+            self.notify(f"{ev.arm}: knee at C={where} ({ev.definition}{noise})", title="knee", timeout=8)
 
     def on_ramp_finished(self, m: msg.RampFinished) -> None:
         self.redraw(ramp=True)

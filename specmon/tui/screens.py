@@ -37,6 +37,9 @@ LEGEND = [
     ("Gen", "generation tok/s (server), and per running request"),
     ("TTFT", "server TTFT p50/p90 over the scrape window; ▲ when queue time > 50 % of TTFT"),
     ("◆ ┆", "confirmed knee on the ramp plots; ┊ the knee predicted from KV capacity"),
+    ("KNEE", "plateau (D1), queueing (D2), power = max tok/s ÷ TTFT p50, SLO met up to C, goodput = max "
+             "tok/s × SLO attainment; C=8? not confirmed yet; within the noise: the plateau's 95% bounds "
+             "do not settle it"),
     ("—", "not known (never shown as 0)"),
 ]
 

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Optional
 
+from specmon.analysis.knee import slo_condition
 from specmon.model import (
     ArmInfo,
     ArmInfoUpdated,
@@ -59,6 +60,35 @@ def queue_share(sample: Optional[Sample]) -> Optional[float]:
 
 
 @dataclass
+class KneeSummary:
+    """The D3 knees of one arm after its latest level (from LevelFinished.knees, the
+    analysis.knee.knees_summary dict the ramp also writes to session.json)."""
+
+    power_c: Optional[float] = None  # Kleinrock power X / TTFT p50: argmax level
+    power_confirmed: bool = False
+    slo: Optional[str] = None  # the SLOs in words ('TTFT<=2 s, TPOT<=30 ms'); None: no SLO given
+    c_slo: Optional[float] = None  # largest C whose attainment's lower 95% bound >= 90%
+    c_goodput: Optional[float] = None  # argmax of tok/s x attainment
+    goodput_confirmed: bool = False
+
+    @classmethod
+    def from_summary(cls, k: dict) -> "KneeSummary":
+        pw = k.get("power") or {}
+        out = cls(power_c=pw.get("concurrency"), power_confirmed=bool(pw.get("confirmed")))
+        slo = k.get("slo")
+        if slo:
+            out.slo = slo_condition(slo.get("slo_ttft_s"), slo.get("slo_tpot_s"))
+            out.c_slo, out.c_goodput = slo.get("c_slo"), slo.get("c_goodput")
+            out.goodput_confirmed = bool(slo.get("goodput_confirmed"))
+        return out
+
+    @property
+    def news(self) -> bool:
+        """Something the knee banner should say: a confirmed D3 knee, or an SLO verdict."""
+        return self.power_confirmed or self.goodput_confirmed or self.slo is not None
+
+
+@dataclass
 class ArmState:
     name: str
     index: int  # order of appearance: picks the arm's colour and plot glyph
@@ -74,6 +104,7 @@ class ArmState:
     levels: list[LevelResult] = field(default_factory=list)
     knees: list[KneeCalled] = field(default_factory=list)
     predicted_knee: Optional[KneeCalled] = None
+    d3: Optional[KneeSummary] = None  # after the arm's latest finished level
     samples_seen: int = 0
 
     def __post_init__(self) -> None:
@@ -83,6 +114,16 @@ class ArmState:
     @property
     def confirmed_knee(self) -> Optional[KneeCalled]:
         return self.knees[-1] if self.knees else None
+
+    @property
+    def plateau_resolved(self) -> Optional[bool]:
+        """False when the confirmed plateau knee is within the noise (its 95% bounds do not settle it)."""
+        return next((k.resolved for k in self.knees if k.definition == "plateau"), None)
+
+    @property
+    def knee_news(self) -> bool:
+        """Whether the knee banner has a line for this arm."""
+        return bool(self.knees) or (self.d3 is not None and self.d3.news)
 
     @property
     def speculation(self) -> Optional[bool]:
@@ -205,6 +246,8 @@ class SessionState:
             st = self.arm(r.arm)
             st.levels = [x for x in st.levels if x.level != r.level] + [r]
             st.levels.sort(key=lambda x: x.level)
+        for arm, k in ev.knees.items():
+            self.arm(arm).d3 = KneeSummary.from_summary(k)
 
     def _on_KneeCalled(self, ev: KneeCalled) -> None:
         st = self.arm(ev.arm)

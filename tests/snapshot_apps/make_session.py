@@ -78,5 +78,44 @@ def write(out: Path, n_arms: int = 3, levels=(4, 8, 16, 32), level_s: int = 6, t
     return out
 
 
+# write_knees: one arm, three levels with known knees (worked by hand):
+#   C    out tok/s (SE, 5 batches)  TTFT p50  SLO met/judged
+#   10   1000 (100)                 1.0 s     100/100
+#   20   1050 (100)                 1.3 s      99/100
+#   40   1060 (100)                 4.0 s      60/100
+# plateau: eta(20) = (50/10)/(1000/10) = 0.05, eta(40) = (10/20)/100 = 0.005, both < 0.15: knee C=10,
+#   confirmed at level index 2; the SEs of 100 tok/s put eta's 95% bounds far above 0.15: within the noise.
+# power X/TTFT: 1000, 808, 265: argmax C=10, falls twice after it: confirmed.
+# SLO (TTFT<=2 s, TPOT<=30 ms): Wilson lower 95% of 100/100 ~0.97, of 99/100 ~0.956, of 60/100 ~0.52: C_SLO=20.
+# goodput X x attainment: 1000, 1039.5, 636: peak C=20, one level after it only: not confirmed.
+KNEES_LEVELS = [(10, 1000.0, 1.0, 100, 100), (20, 1050.0, 1.3, 100, 99), (40, 1060.0, 4.0, 100, 60)]
+
+
+def write_knees(out: Path, arm: str = "a", t0: float = 1_700_000_000.0) -> Path:
+    rec = Recorder(out)
+    plan = RampPlan(levels=[c for c, *_ in KNEES_LEVELS], level_duration_s=3.0, input_len=100, output_len=10,
+                    slo_ttft_s=2.0, slo_tpot_s=0.03)
+    info = ArmInfo(model="m", speculative_algorithm=None, kv_capacity_tokens=100_000, max_running_requests=64)
+    rec.update_session(arms=[{"name": arm, "url": "http://127.0.0.1:1", "time_scale": 1.0,
+                              "server_args": info.server_args()}], ramp_plan=vars(plan), mode="ramp", start_ts=t0)
+    ts = t0
+    for li, (c, x, ttft, n, met) in enumerate(KNEES_LEVELS):
+        for _ in range(3):
+            rec.write_sample(Sample(ts=ts, arm=arm, up=True, running_reqs=c, queued_reqs=0, gen_tok_s=x,
+                                    offered_concurrency=c, level=li))
+            ts += 1.0
+        rec.write_level(LevelResult(arm=arm, level=li, offered_concurrency=c, achieved_concurrency=float(c),
+                                    duration_s=3.0, ok=n, failed=0, output_tok_s=x, per_user_tok_s=x / c,
+                                    ttft_p50_s=ttft, output_tok_s_se=100.0, output_tok_s_batches=5,
+                                    slo_n=n, slo_met=met, slo_attainment=met / n,
+                                    knee="plateau" if li == 2 else None))
+    # What the ramp wrote for the plateau (by hand); the D3 knees are left for the readers to compute.
+    rec.update_session(knees={arm: {"plateau": 10, "plateau_confirmed_at_level": 2, "plateau_resolved": False,
+                                    "plateau_detail": "throughput plateau at C=10 (test)",
+                                    "queueing": None, "queueing_confirmed_at_level": None}})
+    rec.close("done")
+    return out
+
+
 if __name__ == "__main__":
     write(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 3)

@@ -1,11 +1,17 @@
-"""A banner once a knee is confirmed: per arm, the level, the definition, and the predicted knee."""
+"""A banner once a knee is confirmed: per arm, every knee definition, and the predicted knee.
+
+One line per arm: the confirmed plateau (D1, "(within the noise)" when its 95% bounds do not
+settle it) and queueing (D2) knees, the D3 knees of the arm's latest level (Kleinrock power, and
+with SLOs the SLO and goodput knees; "C=8?" while that maximum is not confirmed), the knee
+predicted from the KV pool, then the latest confirmed knee's words.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from specmon.tui.chart import arm_glyph
-from specmon.tui.state import SessionState
+from specmon.tui.state import ArmState, SessionState
 from specmon.tui.widgets.base import StyledWidget
 
 
@@ -20,30 +26,59 @@ class KneeBanner(StyledWidget):
         lines = []
         with self.session.lock:
             for arm in self.session.arms.values():
-                k = arm.confirmed_knee
-                if k is None:
-                    continue
-                t = Text(no_wrap=True, overflow="ellipsis")
-                t.append(" KNEE ", style=self.st("warn"))
-                t.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
-                # Every definition confirmed so far (plateau and queueing can disagree: the gap
-                # between them is the operator's answer), the latest one's words at the end.
-                by_definition = {x.definition: x for x in arm.knees}
-                for i, (definition, x) in enumerate(by_definition.items()):
-                    t.append("  " if i == 0 else " · ", style=self.st("unit"))
-                    t.append(f"{definition} ", style=self.st("value"))
-                    t.append("C=", style=self.st("unit"))
-                    t.append("—" if x.concurrency is None else f"{x.concurrency:g}", style=self.st("value"))
-                pk = arm.predicted_knee
-                if pk is not None and pk.concurrency is not None:
-                    t.append("  predicted C≈", style=self.st("unit"))
-                    t.append(f"{pk.concurrency:.1f}", style=self.st("value"))
-                if k.detail:
-                    t.append("  " + k.detail, style=self.st("dim"))
-                lines.append(t)
+                if arm.knee_news:
+                    lines.append(self._line(arm))
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+
+    def _item(self, t: Text, first: bool, name: str, c, note: str = "", confirmed: bool = True) -> None:
+        t.append("  " if first else " · ", style=self.st("unit"))
+        t.append(f"{name} ", style=self.st("value"))
+        t.append("C=", style=self.st("unit"))
+        t.append("—" if c is None else f"{c:g}", style=self.st("value"))
+        if not confirmed:  # the maximum so far: it has not fallen at two levels after it yet
+            t.append("?", style=self.st("warn"))
+        if note:
+            t.append(f" ({note})", style=self.st("dim"))
+
+    def _line(self, arm: ArmState) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" KNEE ", style=self.st("warn"))
+        t.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
+        # Every definition confirmed so far (plateau and queueing can disagree: the gap between
+        # them is the operator's answer), the latest one's words at the end.
+        by_definition = {x.definition: x for x in arm.knees}
+        n = 0
+        for definition, x in by_definition.items():
+            note = "within the noise" if definition == "plateau" and x.resolved is False else ""
+            self._item(t, n == 0, definition, x.concurrency, note)
+            n += 1
+        d3 = arm.d3
+        if d3 is not None:
+            if d3.power_c is not None:
+                self._item(t, n == 0, "power", d3.power_c, confirmed=d3.power_confirmed)
+                n += 1
+            if d3.slo is not None:
+                t.append("  " if n == 0 else " · ", style=self.st("unit"))
+                t.append("SLO ", style=self.st("value"))
+                if d3.c_slo is None:
+                    t.append("met nowhere", style=self.st("warn"))
+                else:
+                    t.append("met to C=", style=self.st("unit"))
+                    t.append(f"{d3.c_slo:g}", style=self.st("value"))
+                t.append(f" ({d3.slo.replace('<=', '≤')})", style=self.st("dim"))
+                n += 1
+                if d3.c_goodput is not None:
+                    self._item(t, False, "goodput", d3.c_goodput, confirmed=d3.goodput_confirmed)
+        pk = arm.predicted_knee
+        if pk is not None and pk.concurrency is not None:
+            t.append("  predicted C≈", style=self.st("unit"))
+            t.append(f"{pk.concurrency:.1f}", style=self.st("value"))
+        k = arm.confirmed_knee
+        if k is not None and k.detail:
+            t.append("  " + k.detail, style=self.st("dim"))
+        return t
 
     def update_visibility(self) -> None:
         with self.session.lock:
-            self.display = bool(self.session.knee_events)
+            self.display = any(a.knee_news for a in self.session.arms.values())
         self.refresh(layout=True)

@@ -83,10 +83,15 @@ class LevelTable(StyledWidget):
             rows = [r for r in rows if r.arm == self.only_arm]
         return rows
 
+    def _noisy(self, r) -> bool:
+        """A plateau knee row whose 95% bounds do not settle it: marked * with a footnote."""
+        return r.knee == "plateau" and self.session.arm(r.arm).plateau_resolved is False
+
     def get_content_height(self, container, viewport, width: int) -> int:
         rows = self._rows()
         levels = len({r.level for r in rows})
-        return 2 + len(rows) + max(levels - 1, 0) if rows else 1
+        foot = 1 if any(self._noisy(r) for r in rows) else 0
+        return 2 + len(rows) + max(levels - 1, 0) + foot if rows else 1
 
     def render(self) -> Text:
         rows = self._rows()
@@ -122,10 +127,12 @@ class LevelTable(StyledWidget):
                 style = self.st("bad") if name == "ok/fail" and r.failed else vs
                 line.append(cell.rjust(w)[-w:], style=style)
             if r.knee:
-                line.append(" ◆ " + r.knee, style=self.st("warn"))
+                line.append(" ◆ " + r.knee + ("*" if self._noisy(r) else ""), style=self.st("warn"))
             elif not r.valid:
                 line.append(" invalid", style=self.st("bad"))
             lines.append(line)
+        if any(self._noisy(r) for r in rows):
+            lines.append(Text("* plateau within the noise: its 95% bounds do not settle it", style=self.st("dim")))
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
 
