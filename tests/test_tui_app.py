@@ -247,3 +247,23 @@ async def test_replay_shows_d3_knees_and_a_plateau_within_the_noise(tmp_path):
         table = text(app.query_one(LevelTable)).splitlines()
         assert table[-2].endswith("◆ plateau*")
         assert table[-1].startswith("* plateau within the noise")
+
+
+@pytest.mark.parametrize("width", [160, 130])
+async def test_three_arm_headers_are_not_cut(tmp_path, width):
+    # 160 columns: each header's two lines fit; 130: each line's items flow onto another line
+    # between items (never cut mid-figure with an ellipsis).
+    folder = copy_session("session_sim_3arm", tmp_path)
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(width, 48)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, what="replay end")
+        await pilot.pause()
+        panels = list(app.query(ArmPanel))
+        assert len({p.region.y for p in panels}) == 1  # side by side
+        for p in panels:
+            header = p.query_one("ArmHeader")
+            lines = text(header).splitlines()
+            assert "…" not in text(header), lines
+            assert max(len(x) for x in lines) <= header.size.width
+            assert "sim ×20" in text(header) and any("knee≈" in x for x in lines[1:]), lines
+            assert len(lines) == header.size.height == (2 if width == 160 else 4), lines

@@ -25,6 +25,11 @@ def arm_status(arm: ArmState) -> tuple[str, str]:
 
 
 class ArmHeader(StyledWidget):
+    """Line 1: state (when not up), address, model, sim speed, phase. Line 2: what the server
+    runs (speculation, request cap, KV pool, TP, predicted knee). Each line's items flow onto
+    another line, between items, when the pane is too narrow for them (three arms side by side
+    below 160 columns), so no figure is cut in half; only an item wider than the pane is cut."""
+
     DEFAULT_CSS = "ArmHeader { height: auto; }"
 
     def __init__(self, session: SessionState, arm: str, **kw) -> None:
@@ -32,45 +37,63 @@ class ArmHeader(StyledWidget):
         self.session = session
         self.arm_name = arm
 
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._lines(width))
+
     def render(self) -> Text:
-        width = max(self.size.width, 20)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(self._lines(self.size.width))
+
+    def _lines(self, width: int) -> list[Text]:
+        width = max(width, 20)
+        dot = " · "
         with self.session.lock:
             arm = self.session.arm(self.arm_name)
             info = arm.info
             words, kind = arm_status(arm)
-            dot = " · "
-            l1 = Text(no_wrap=True, overflow="ellipsis")
+            first: list[Text] = []
             if kind in ("bad", "warn"):
-                l1.append(("▲ " if kind == "bad" else "") + words, style=self.st(kind))
-                l1.append(dot, style=self.st("dim"))
+                first.append(Text(("▲ " if kind == "bad" else "") + words, style=self.st(kind)))
             url = arm.url or "—"
-            l1.append(url.split("://", 1)[-1], style=self.st("unit"))
+            first.append(Text(url.split("://", 1)[-1], style=self.st("unit")))
             model = (info.served_model_name or info.model) if info else None
-            l1.append(dot, style=self.st("dim"))
-            l1.append(model or "model —", style=self.st("value" if model else "dim"))
+            first.append(Text(model or "model —", style=self.st("value" if model else "dim")))
+            if info is not None and info.time_scale and info.time_scale != 1.0:
+                first.append(Text(f"sim ×{info.time_scale:g}", style=self.st("dim")))
             if arm.phase and arm.phase != "ready":
-                l1.append(dot + f"phase {arm.phase}" + (f" ({arm.phase_detail})" if arm.phase_detail else ""),
-                          style=self.st("warn"))
-            l2 = Text(no_wrap=True, overflow="ellipsis")
+                first.append(Text(f"phase {arm.phase}" + (f" ({arm.phase_detail})" if arm.phase_detail else ""),
+                                  style=self.st("warn")))
+            items: list[Text] = []
             if info is None:
-                l2.append("server info —", style=self.st("dim"))
+                items.append(Text("server info —", style=self.st("dim")))
             else:
                 spec = fmt.spec_label(info.speculative_algorithm, info.speculative_num_steps,
                                       info.speculative_eagle_topk, info.speculative_num_draft_tokens)
-                l2.append(spec, style=self.st("value" if info.speculative_algorithm else "dim"))
-                l2.append(dot + "cap ", style=self.st("unit"))
-                l2.append(fmt.num(info.max_running_requests), style=self.st("value"))
-                l2.append(dot + "pool ", style=self.st("unit"))
-                l2.append(fmt.tokens(info.kv_capacity_tokens), style=self.st("value"))
-                l2.append(" tok", style=self.st("unit"))
+                items.append(Text(spec, style=self.st("value" if info.speculative_algorithm else "dim")))
+                items.append(self._pair("cap ", fmt.num(info.max_running_requests)))
+                items.append(self._pair("pool ", fmt.tokens(info.kv_capacity_tokens)))
                 if info.tp_size and info.tp_size > 1:
-                    l2.append(dot + f"TP{info.tp_size}", style=self.st("value"))
-                if info.time_scale and info.time_scale != 1.0:
-                    l2.append(dot + f"sim ×{info.time_scale:g}", style=self.st("dim"))
+                    items.append(Text(f"TP{info.tp_size}", style=self.st("value")))
             pk = arm.predicted_knee
             if pk is not None and pk.concurrency is not None:
-                l2.append(dot + "knee≈", style=self.st("unit"))
-                l2.append(f"{pk.concurrency:.0f}", style=self.st("value"))
-            l1.truncate(width, overflow="ellipsis")
-            l2.truncate(width, overflow="ellipsis")
-        return Text("\n", no_wrap=True, overflow="ellipsis").join([l1, l2])
+                items.append(self._pair("knee≈", f"{pk.concurrency:.0f}"))
+        return self._flow(first, width, dot) + self._flow(items, width, dot)
+
+    def _pair(self, label: str, value: str) -> Text:
+        t = Text(label, style=self.st("unit"))
+        t.append(value, style=self.st("value"))
+        return t
+
+    def _flow(self, items: list[Text], width: int, sep: str) -> list[Text]:
+        """Items joined by `sep`, a new line where the next item would not fit."""
+        lines = [Text(no_wrap=True, overflow="ellipsis")]
+        for item in items:
+            line = lines[-1]
+            if line.cell_len and line.cell_len + len(sep) + item.cell_len > width:
+                line = Text(no_wrap=True, overflow="ellipsis")
+                lines.append(line)
+            elif line.cell_len:
+                line.append(sep, style=self.st("dim"))
+            line.append_text(item)
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")  # one item wider than the pane
+        return lines
