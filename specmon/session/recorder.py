@@ -109,10 +109,15 @@ class Recorder:
         self._samples.write(row)
 
     def write_marker(self, label: str, ts: Optional[float] = None) -> None:
-        if self.closed:
-            return
+        """A mark is the operator's: it is kept even after close (the TUI still shows a finished
+        session and takes marks on it), appended to samples.csv and session.json's markers."""
         ts = time.time() if ts is None else ts
-        self._samples.write({"ts": ts, "marker": label})
+        if self.closed:
+            late = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
+            late.write({"ts": ts, "marker": label})
+            late.close()
+        else:
+            self._samples.write({"ts": ts, "marker": label})
         self._session["markers"].append({"ts": ts, "label": label})
         self._write_session()
 

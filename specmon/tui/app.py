@@ -63,6 +63,7 @@ class SpecmonApp(App[str]):
         self.display_paused = False
         self.ramp_paused = False
         self.logs_chosen_by_user = False
+        self.user_marks = 0  # marks placed with m in this app
         self.exit_reason: Optional[str] = None
         self._stop: Optional[asyncio.Event] = None
         self._live_worker: Optional[Worker] = None
@@ -233,11 +234,15 @@ class SpecmonApp(App[str]):
             self.redraw(arms=True, ramp=True, logs=True)
 
     def action_mark(self) -> None:
-        default = f"mark {len(self.state.markers) + 1}"
+        # Numbered by the operator's own marks: the session's notes (the ramp marks a simulator
+        # that falls behind its --speed, typically on a busy CPU) and a replay's recorded marks
+        # are markers too, but not this operator's mark 1, 2, ...
+        default = f"mark {self.user_marks + 1}"
 
         def done(label: Optional[str]) -> None:
             if label is None:
                 return
+            self.user_marks += 1
             if not self._call_live("mark", label):
                 self.emit(Marker(label=label))  # no recorder behind this session: show it only
             self.notify(f"marker: {label}", timeout=3)
