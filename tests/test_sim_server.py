@@ -181,12 +181,16 @@ def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
             for i in range(3):
                 body = {"input_ids": list(range(1, 2001)), "stream": True, "rid": f"w{i}",
                         "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
-                t_sent, t_first, final = time.time(), None, None
+                t_sent, t_first, first, final = time.time(), None, None, None
                 with c.stream("POST", "/generate", json=body) as r:
                     for line in r.iter_lines():
                         if line.startswith("data: {"):
                             t_first = t_first or time.time()
                             final = json.loads(line[6:])["meta_info"]
+                            first = first or final
+                # SGLang's first chunk holds the first token alone and the stamp of its sending,
+                # even when the next speculative pass was computed before the stream read it
+                assert first["completion_tokens"] == 1 and "response_sent_to_client_ts" in first
                 m = final
                 assert t_sent <= m["request_received_ts"] + 0.002
                 assert t_first >= m["response_sent_to_client_ts"] - 0.002  # no token before its pass ended

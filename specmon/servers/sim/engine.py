@@ -77,7 +77,8 @@ class SimRequest:
     # delivery
     delivered: int = 0
     t_last_delivery: Optional[float] = None
-    pending: list = field(default_factory=list)
+    pending: list = field(default_factory=list)   # flushed updates the stream has not read yet
+    staged: list = field(default_factory=list)    # produced since the last flush, not visible yet
     event: asyncio.Event = field(default_factory=asyncio.Event)
     _ids: list = field(default_factory=list)
     _text_parts: list = field(default_factory=list)
@@ -317,13 +318,18 @@ class Scheduler:
         if not self._dirty:
             return
         for r in self._dirty:
+            # A stream sees exactly what was flushed: the next pass (computed before the stream
+            # task gets to run) stages its tokens for the next flush, so the first chunk carries
+            # only the first token, as SGLang's does.
+            r.pending.extend(r.staged)
+            r.staged.clear()
             r.event.set()
         self._dirty.clear()
 
     def _deliver(self, r: SimRequest, n: int, t: float, finished: bool = False) -> None:
         if r.aborted:
             return
-        r.pending.append(Update(n, t, finished))
+        r.staged.append(Update(n, t, finished))
         self._dirty.add(r)
         if finished or r.output_len <= n:  # first token(s) or the end: flush this step
             self._urgent = True
