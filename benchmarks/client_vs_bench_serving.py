@@ -2,15 +2,22 @@
 
 1. starts `specmon sim` (speed --speed, so every wall figure is simulated / speed);
 2. runs `sglang.bench_serving --backend sglang --dataset-name random-ids --random-range-ratio 1
-   --max-concurrency C --num-prompts P` against it (the venv in --sglang-python);
-3. runs one specmon ramp level at C with --requests-per-level P (RampDriver + LiveSession);
-4. prints mean TTFT and output throughput of both, and the ratios (target: within 5 %), plus
-   specmon's client overhead (CPU per 1k streamed tokens, event-loop lag of the load thread).
+   --tokenize-prompt --max-concurrency C --num-prompts P` against it (the venv in --sglang-python),
+   while a thread scrapes /metrics and /server_info at 1 Hz as specmon does during its own run;
+3. flushes the prefix cache, then runs one specmon ramp level at C with --requests-per-level P
+   (RampDriver + LiveSession);
+4. prints mean TTFT and output throughput of both, and the ratios (target: within 5 %), the
+   server's own histogram means during each run (what each client should be compared with when
+   the two runs loaded the server differently), plus specmon's client overhead.
 Both sides measure the same way here: TTFT from send to first token; output throughput = all
 output tokens / (last end - first send). Figures are in wall time (bench_serving knows nothing
 of --speed), so specmon's scaled figures are converted back.
+Pitfalls found on the way: without --tokenize-prompt bench_serving sends its random ids decoded
+to text, which the simulator (no tokenizer: ~4 characters a token) counted as ~1,470 tokens; a
+second run of the same seed finds its prompts in the prefix cache (TTFT 230 -> 47 ms); and the
+1 Hz scrape costs the server ~0.1 s of its event loop each time.
 
-    .venv/bin/python benchmarks/client_vs_bench_serving.py [--concurrency 32] [--prompts 160]
+    .venv/bin/python benchmarks/client_vs_bench_serving.py [--concurrency 32] [--prompts 480]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import httpx  # noqa: E402
 import realsglang  # noqa: E402
 from simproc import start_sim  # noqa: E402
 
@@ -62,12 +70,46 @@ def delta_means(before: dict, after: dict, speed: float) -> dict:
             "e2e_ms": m("e2e_request_latency_seconds")}
 
 
+class Scraper:
+    """GET /metrics and /server_info once a second in a thread, as specmon's LiveSession does while
+    it ramps: rendering /metrics costs the server's event loop ~0.1 s per scrape here, which
+    raised the server's own TTFT by 7-9 % in specmon's run and not in bench_serving's. With this
+    running during bench_serving both runs carry the same observation load."""
+
+    def __init__(self, url: str, interval: float = 1.0):
+        import threading
+
+        self.url, self.interval, self.times = url, interval, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as c:
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                c.get("/metrics")
+                c.get("/server_info")
+                self.times.append(time.perf_counter() - t)
+                self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t)))
+
+    def __enter__(self) -> "Scraper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 def run_bench_serving(python: str, url: str, a, out: Path) -> dict:
     cmd = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
            "--dataset-name", "random-ids", "--random-input-len", str(a.input_len),
            "--random-output-len", str(a.output_len), "--random-range-ratio", "1",
            "--num-prompts", str(a.prompts), "--max-concurrency", str(a.concurrency),
-           "--tokenizer", a.tokenizer, "--disable-tqdm", "--output-file", str(out)]
+           "--tokenizer", a.tokenizer, "--disable-tqdm", "--output-file", str(out),
+           # input_ids, as specmon sends: without it bench_serving decodes its random ids to text,
+           # which a server re-tokenizes to another length (the sim counted 1,470 tokens a prompt)
+           "--tokenize-prompt"]
     t = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     if p.returncode != 0:
@@ -95,18 +137,27 @@ def run_specmon(url: str, a, out: Path) -> tuple[dict, RampDriver]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--prompts", type=int, default=160)
+    ap.add_argument("--prompts", type=int, default=480)  # the first wave of C is a smaller share
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--speed", type=float, default=1.0)  # 1: both sides timed by their own client clocks
     ap.add_argument("--profile", default="nvfp4-mtp")
     ap.add_argument("--sglang-python", default=str(realsglang.SGLANG_PYTHON))
     ap.add_argument("--tokenizer", default=str(realsglang.TINY_MODEL))
+    ap.add_argument("--no-scrape", action="store_true",
+                    help="do not scrape the server during bench_serving (specmon's run always does)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="specmon-vs-bench-"))
     with start_sim("--profile", a.profile, "--startup-s", "1", "--enable-metrics", speed=a.speed, timeout=120) as sim:
         m0 = server_means(sim.url)
-        bench = run_bench_serving(a.sglang_python, sim.url, a, tmp / "bench.jsonl")
+        if a.no_scrape:
+            bench = run_bench_serving(a.sglang_python, sim.url, a, tmp / "bench.jsonl")
+        else:
+            with Scraper(sim.url) as scraper:
+                bench = run_bench_serving(a.sglang_python, sim.url, a, tmp / "bench.jsonl")
+            print(f"scraped /metrics + /server_info at 1 Hz during bench_serving too: median "
+                  f"{statistics.median(scraper.times) * 1000:.0f} ms a scrape")
+        httpx.post(sim.url + "/flush_cache", timeout=60)  # neither run may find the other's prefixes
         m1 = server_means(sim.url)
         ours, ramp = run_specmon(sim.url, a, tmp / "session")
         m2 = server_means(sim.url)
