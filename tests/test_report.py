@@ -302,6 +302,17 @@ def _bad(tmp_path, name, files: dict[str, bytes | str]) -> Path:
     return d
 
 
+def _garble(levels_csv: str) -> str:
+    """The first row's output_tok_s replaced by a word."""
+    lines = levels_csv.splitlines(keepends=True)
+    col = lines[0].rstrip("\r\n").split(",").index("output_tok_s")
+    cells = lines[1].rstrip("\r\n").split(",")
+    assert cells[col], "the recording must have a throughput on its first row"
+    cells[col] = "lots"
+    lines[1] = ",".join(cells) + "\n"
+    return "".join(lines)
+
+
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     good = DATA / "session_sim_1arm"
     meta = (good / "session.json").read_text()
@@ -311,8 +322,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
         "not a session": (_bad(tmp_path, "empty", {"notes.txt": "hi"}), "session.json"),
         "no levels": (_bad(tmp_path, "nolevels", {"session.json": meta, "samples.csv": (good / "samples.csv").read_text()}),
                       "levels.csv"),
-        "garbled value": (_bad(tmp_path, "garbled", {"session.json": meta,
-                                                      "levels.csv": levels.replace("343.601", "lots", 1)}),
+        "garbled value": (_bad(tmp_path, "garbled", {"session.json": meta, "levels.csv": _garble(levels)}),
                           "levels.csv:2"),
         "binary": (_bad(tmp_path, "binary", {"session.json": meta, "levels.csv": b"\xff\xfe\x00garbage\x81"}),
                    "levels.csv"),
