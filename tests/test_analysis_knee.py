@@ -89,6 +89,8 @@ def test_queueing_ttft_note():
     share, note = queueing_ttft(r)
     assert share == pytest.approx(0.8)
     assert note == "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill"
+    r.queue_time_mean_s = 4.2  # the window's queue histogram and its TTFTs cover other requests
+    assert queueing_ttft(r) == (1.0, "TTFT 4.0 s: 4.0 s queue, 0 ms prefill")
     r.queue_time_mean_s = 1.0
     assert queueing_ttft(r) is None  # 25 % queue: TTFT is mostly prefill
     r.queue_time_mean_s = None

@@ -193,8 +193,11 @@ def queueing_ttft(level: LevelResult, threshold: float = QUEUE_TTFT_SHARE) -> Op
     share = queue_share(level)
     if share is None or share <= threshold:
         return None
-    t, q = level.ttft_mean_s, level.queue_time_mean_s
-    return share, f"TTFT {_secs(t)}: {_secs(q)} queue, {_secs(max(t - q, 0.0))} prefill"
+    # Deep in overload the histogram's mean queue time (requests that left the queue in the
+    # window) can exceed the mean TTFT (requests that finished in it): the note then says all of
+    # the TTFT was queue rather than "43.7 s queue" out of a 43.5 s TTFT.
+    t, q = level.ttft_mean_s, min(level.queue_time_mean_s, level.ttft_mean_s)
+    return share, f"TTFT {_secs(t)}: {_secs(q)} queue, {_secs(t - q)} prefill"
 
 
 def queue_share(level: LevelResult) -> Optional[float]:
