@@ -14,8 +14,8 @@ output tokens / (last end - first send). Figures are in wall time (bench_serving
 of --speed), so specmon's scaled figures are converted back.
 Pitfalls found on the way: without --tokenize-prompt bench_serving sends its random ids decoded
 to text, which the simulator (no tokenizer: ~4 characters a token) counted as ~1,470 tokens; a
-second run of the same seed finds its prompts in the prefix cache (TTFT 230 -> 47 ms); and the
-1 Hz scrape costs the server ~0.1 s of its event loop each time.
+second run of the same seed finds its prompts in the prefix cache (TTFT 230 -> 47 ms); and only
+specmon's run was being scraped (see Scraper).
 
     .venv/bin/python benchmarks/client_vs_bench_serving.py [--concurrency 32] [--prompts 480]
 """
@@ -72,9 +72,10 @@ def delta_means(before: dict, after: dict, speed: float) -> dict:
 
 class Scraper:
     """GET /metrics and /server_info once a second in a thread, as specmon's LiveSession does while
-    it ramps: rendering /metrics costs the server's event loop ~0.1 s per scrape here, which
-    raised the server's own TTFT by 7-9 % in specmon's run and not in bench_serving's. With this
-    running during bench_serving both runs carry the same observation load."""
+    it ramps. A scrape is rendered on the server's HTTP event loop (17 ms of the simulator's CPU,
+    25 ms of a real SGLang's, idle: benchmarks/scrape_cost.py); with only specmon's run scraped
+    the server's own TTFT came out 7-9 % higher in it, with both scraped 6 % (the rest is the
+    two runs' different prompts and arrivals). Both runs now carry the same observation load."""
 
     def __init__(self, url: str, interval: float = 1.0):
         import threading
