@@ -43,3 +43,21 @@ def test_ramp_usage_errors_exit_2(tmp_path):
         p = subprocess.run([sys.executable, "-m", "specmon", "ramp", "http://127.0.0.1:9", *args, "--headless",
                             "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=60, cwd=str(REPO))
         assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_ramp_against_a_dead_port_backs_off_and_exits_3(tmp_path):
+    """Nobody listens: every request fails without an answer. The ramp records them, backs off
+    per stream (50 ms doubling to 1 s) instead of a connect storm, and exits 3 naming the arm."""
+    from simproc import free_port
+
+    port = free_port()
+    out = tmp_path / "s"
+    p = subprocess.run([sys.executable, "-m", "specmon", "ramp", f"http://127.0.0.1:{port}", "--levels", "2",
+                        "--level-duration", "3", "--settle", "0", "--headless", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert p.returncode == 3, (p.stdout[-1000:], p.stderr[-1000:])
+    assert f"127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr
+    reqs = list(csv.DictReader(open(out / "requests.csv")))
+    assert reqs and all(r["status"] == "error" and r["error"].startswith("ConnectError") for r in reqs)
+    # 2 streams x (0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1 ...) over ~3 s: a handful each, not thousands
+    assert len(reqs) <= 2 * 10, len(reqs)
