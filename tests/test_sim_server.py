@@ -246,3 +246,25 @@ def test_physics_queueing_when_pool_is_full():
             t.join()
         m = httpx.get(sim.url + "/metrics").text
         assert re.search(r"sglang:num_requests_total\{[^}]*\} 9\.0", m)  # 8 + the warm-up
+
+
+def test_text_prompts_counted_with_the_models_tokenizer(tmp_path):
+    """SGLang tokenizes text with the model's tokenizer: with --model-path a folder holding a
+    tokenizer.json the simulator counts as it does; without one it estimates (~4 chars a token)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"<unk>": 0, "<s>": 1, **{w: i + 2 for i, w in enumerate(["alpha", "beta", "gamma", "delta"])}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    (tmp_path / "model").mkdir()
+    tok.save(str(tmp_path / "model" / "tokenizer.json"))
+    text = " ".join(["alpha", "beta", "gamma", "delta"] * 25)  # 100 words + BOS; 574 characters
+    body = {"text": text, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}
+    with start_sim("--model-path", str(tmp_path / "model"), speed=100) as sim:
+        exact = httpx.post(sim.url + "/generate", json=body, timeout=30).json()["meta_info"]["prompt_tokens"]
+    with start_sim(speed=100) as sim:
+        guessed = httpx.post(sim.url + "/generate", json=body, timeout=30).json()["meta_info"]["prompt_tokens"]
+    assert exact == 101 == len(tokenizers.Tokenizer.from_file(str(tmp_path / "model" / "tokenizer.json")).encode(text).ids)
+    assert guessed == (len(text) + 3) // 4 + 1 == 145

@@ -20,6 +20,7 @@ from starlette.routing import Mount, Route
 from specmon.servers.sim import formats
 from specmon.servers.sim.engine import PREFIX_BLOCK, Scheduler, SimRequest
 from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
+from specmon.servers.sim.tokens import TokenCounter
 
 VERSION = "0.5.10.post1"
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -38,6 +39,7 @@ class SimState:
         self.metrics = metrics
         self.server_args = server_args
         self.log = logger
+        self.tokens = TokenCounter(cfg.model_path)  # text prompts: the model's tokenizer or an estimate
         self.ready = False
         self.in_flight = 0
         self.served_model_name = cfg.served_model_name
@@ -65,11 +67,6 @@ def _validation_err(errors: list, path: str, where: str) -> JSONResponse:
                         status_code=400)
 
 
-def _estimate_text_tokens(text: str) -> int:
-    # Without the model's tokenizer: ~4 characters per token, at least 1 (+1 for BOS as SGLang adds).
-    return max(1, (len(text) + 3) // 4) + 1
-
-
 def _prefix_hashes_ids(ids: list) -> list:
     out, h = [], 0
     for i in range(0, len(ids) - len(ids) % PREFIX_BLOCK, PREFIX_BLOCK):
@@ -95,7 +92,7 @@ def build_app(st: SimState) -> Starlette:
             prompt_len = len(prompt)
             hashes = _prefix_hashes_ids(prompt)
         else:
-            prompt_len = _estimate_text_tokens(prompt)
+            prompt_len = st.tokens.count(prompt)
             hashes = _prefix_hashes_text(prompt)
         max_new = sampling.get("max_new_tokens")
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
@@ -147,7 +144,7 @@ def build_app(st: SimState) -> Starlette:
         prompt = ids if ids is not None else text
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
             return None, _err("The simulator serves one prompt per request (batched input is not simulated).", 400)
-        n = len(prompt) if isinstance(prompt, list) else _estimate_text_tokens(prompt)
+        n = len(prompt) if isinstance(prompt, list) else st.tokens.count(prompt)
         if n + 1 > st.ph.max_total_tokens or n >= st.ph.p.model.context_len:
             lim = min(st.ph.max_total_tokens, st.ph.p.model.context_len)
             return None, _err(f"The input ({n} tokens) is longer than the model's context length ({lim} tokens).", 400)
@@ -295,7 +292,7 @@ def build_app(st: SimState) -> Starlette:
             mt = 16
         sp = {"max_new_tokens": mt, "ignore_eos": body.get("ignore_eos", False),
               "temperature": body.get("temperature")}
-        n_tok = len(prompt) if isinstance(prompt, list) else _estimate_text_tokens(prompt)
+        n_tok = len(prompt) if isinstance(prompt, list) else st.tokens.count(prompt)
         if n_tok + 1 > st.ph.max_total_tokens:
             return _oai_err(f"The input ({n_tok} tokens) is longer than the model's context length "
                             f"({st.ph.max_total_tokens} tokens).")
