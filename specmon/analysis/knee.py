@@ -230,6 +230,14 @@ class PowerKnee:
     confirmed: bool
 
 
+def _peak(pts: Sequence[tuple[int, float]]) -> tuple[int, float, bool]:
+    """(c, value) at the maximum of (c, value) points, and whether it is confirmed: the value
+    falls at the two points after it (the power and goodput knees share this rule)."""
+    k = max(range(len(pts)), key=lambda i: pts[i][1])
+    after = [v for _, v in pts[k + 1:k + 3]]
+    return pts[k][0], pts[k][1], len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
+
+
 def power_knee(levels: Sequence[LevelResult]) -> PowerKnee:
     """Kleinrock power X_k / TTFT_p50_k: argmax over valid levels, confirmed when it falls at the
     two levels after the maximum."""
@@ -237,10 +245,7 @@ def power_knee(levels: Sequence[LevelResult]) -> PowerKnee:
            if lv.valid and lv.output_tok_s is not None and lv.ttft_p50_s]
     if not pts:
         return PowerKnee(None, None, False)
-    k = max(range(len(pts)), key=lambda i: pts[i][1])
-    after = [p for _, p in pts[k + 1:k + 3]]
-    confirmed = len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
-    return PowerKnee(pts[k][0], pts[k][1], confirmed)
+    return PowerKnee(*_peak(pts))
 
 
 @dataclass
@@ -273,10 +278,7 @@ def slo_knee(levels: Sequence[LevelResult], min_attainment: float = SLO_ATTAINME
             pts.append((x.offered_concurrency, g))
     if not pts:
         return SloKnee(c_slo, None, None, False, per)
-    k = max(range(len(pts)), key=lambda i: pts[i][1])
-    after = [g for _, g in pts[k + 1:k + 3]]
-    confirmed = len(after) == 2 and after[0] < pts[k][1] and after[1] < after[0]
-    return SloKnee(c_slo, pts[k][0], pts[k][1], confirmed, per)
+    return SloKnee(c_slo, *_peak(pts), per)
 
 
 def slo_condition(slo_ttft_s: Optional[float], slo_tpot_s: Optional[float]) -> str:

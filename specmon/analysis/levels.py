@@ -102,11 +102,13 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     timed = [o.timed(scale) for o in ok_in]
     ttfts = [t for t, _, _ in timed if t is not None]
     e2es = [e for _, e, _ in timed if e is not None]
-    tpots = []
+    # per request, aligned with ok_in: None for a one-token answer or an unknown TTFT/e2e
+    tpot_of = [(e2e - ttft) / (o.completion_tokens - 1)
+               if ttft is not None and e2e is not None and o.completion_tokens and o.completion_tokens > 1 else None
+               for o, (ttft, e2e, _) in zip(ok_in, timed)]
+    tpots = [t for t in tpot_of if t is not None]
     itls: list[float] = []
-    for o, (ttft, e2e, _) in zip(ok_in, timed):
-        if ttft is not None and e2e is not None and o.completion_tokens and o.completion_tokens > 1:
-            tpots.append((e2e - ttft) / (o.completion_tokens - 1))
+    for o in ok_in:
         itls.extend(x * scale for x in o.itls())
     r.ttft_p50_s, r.ttft_p90_s, r.ttft_p99_s = (percentile(ttfts, q) for q in (50, 90, 99))
     r.ttft_mean_s = mean(ttfts)
@@ -116,9 +118,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
     if slo_ttft_s is not None or slo_tpot_s is not None:
         judged = [o for o in in_win if o.status != "cancelled"]
         met = 0
-        for o, (ttft, e2e, _) in zip(ok_in, timed):
-            tpot = ((e2e - ttft) / (o.completion_tokens - 1)
-                    if ttft is not None and e2e is not None and o.completion_tokens and o.completion_tokens > 1 else None)
+        for (ttft, _, _), tpot in zip(timed, tpot_of):
             if slo_ttft_s is not None and (ttft is None or ttft > slo_ttft_s):
                 continue
             if slo_tpot_s is not None and tpot is not None and tpot > slo_tpot_s:
