@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Optional, TextIO
 
-from specmon.analysis.knee import slo_condition
+from specmon.analysis.knee import SLO_ATTAINMENT, slo_condition, slo_sentence
 from specmon.model import (
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
     Sample, SamplesTick, SessionEnded,
@@ -111,12 +111,9 @@ def knees_line(arm: str, k: dict) -> str:
         parts.append("power knee: no valid level")
     slo = k.get("slo")
     if slo:
-        words = f"SLO ({slo_condition(slo.get('slo_ttft_s'), slo.get('slo_tpot_s'))}) "
-        words += (f"met up to C={_c(slo['c_slo'])}" if slo.get("c_slo") is not None
-                  else f"not met at any level (lower 95% bound of attainment < {slo.get('min_attainment', 0.9):.0%})")
-        if slo.get("c_goodput") is not None:
-            words += f", goodput peak C={_c(slo['c_goodput'])}" + ("" if slo.get("goodput_confirmed") else " (not confirmed)")
-        parts.append(words)
+        parts.append(slo_sentence(slo_condition(slo.get("slo_ttft_s"), slo.get("slo_tpot_s")), slo.get("c_slo"),
+                                  slo.get("c_goodput"), bool(slo.get("goodput_confirmed")),
+                                  min_attainment=slo.get("min_attainment", SLO_ATTAINMENT)))
     return f"{arm}: " + "; ".join(parts)
 
 

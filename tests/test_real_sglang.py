@@ -37,7 +37,6 @@ from specmon.load.ramp import RampDriver
 from specmon.model import ArmSpec, RampPlan, Sample
 from specmon.session.live import LiveSession
 from specmon.sources import logparse as lp
-from specmon.sources.predict import predicted_knee
 from specmon.sources.sglang import ArmCollector
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")]

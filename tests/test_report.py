@@ -20,7 +20,7 @@ from specmon.model import LevelResult, Sample
 from specmon.report.compare import drafter_comparisons, groups
 from specmon.report.data import load_sessions
 from specmon.report.frontier import cost_per_million, matched, tok_s_per_mw
-from specmon.report.knees import kleinrock_power
+from specmon.analysis.knee import power_knee
 from specmon.report.markdown import render_md
 from specmon.report.tables import build_report
 from specmon.session.recorder import Recorder
@@ -209,7 +209,7 @@ def test_knees_power_and_predicted(tmp_path):
     # X/TTFT p50: 1000, 800, 250 -> argmax at C=10, falls twice after it: confirmed
     write_session(tmp_path / "s", {"a": KNOWN})
     sessions, arms = load_sessions([tmp_path / "s"])
-    k = kleinrock_power(arms[0].levels)
+    k = power_knee(arms[0].levels)
     assert (k.concurrency, k.power, k.confirmed) == (10, pytest.approx(1000.0), True)
     (row,) = md_tables(render_md(build_report(sessions, arms, None, None)))["Knees"]
     assert row["power knee (X/TTFT p50)"] == "10 (confirmed)" and row["predicted (KV/cap)"] == "17.8"

@@ -287,6 +287,22 @@ def slo_condition(slo_ttft_s: Optional[float], slo_tpot_s: Optional[float]) -> s
     return ", ".join(parts) or "no SLO"
 
 
+def slo_sentence(condition: str, c_slo: Optional[float], c_goodput: Optional[float], goodput_confirmed: bool,
+                 goodput_tok_s: Optional[float] = None, min_attainment: float = SLO_ATTAINMENT) -> str:
+    """The SLO and goodput knees in words, for the headless summary and the report:
+    'SLO (TTFT<=2 s) met up to C=10, goodput peak C=14 (6,200 good tok/s) (not confirmed)'."""
+    words = f"SLO ({condition}) " + (
+        f"met up to C={c_slo:g}" if c_slo is not None
+        else f"not met at any level (lower 95% bound of attainment < {min_attainment:.0%})")
+    if c_goodput is not None:
+        words += f", goodput peak C={c_goodput:g}"
+        if goodput_tok_s is not None:
+            words += f" ({goodput_tok_s:,.0f} good tok/s)"
+        if not goodput_confirmed:
+            words += " (not confirmed)"
+    return words
+
+
 def _limit(v: float) -> str:
     return f"{v:g} s" if v >= 1 else f"{v * 1000:g} ms"
 

@@ -37,7 +37,7 @@ from specmon.analysis.stats import percentile, spread_gaps
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
 
-_STALE_ERRORS = ("ReadError", "RemoteProtocolError", "WriteError", "ConnectError")
+_STALE_ERRORS = ("ReadError", "RemoteProtocolError", "ConnectError")  # what _Exchange / _attempt write
 _CT_KEY = b'"completion_tokens":'
 _PT_KEY = b'"prompt_tokens":'
 

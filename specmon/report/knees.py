@@ -12,12 +12,11 @@ session recorded before they existed gets the point-estimate rule (analysis.knee
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from specmon.analysis.knee import (
     KneeResult, PowerKnee, SloKnee, c_90, plateau_knee, power_knee, queueing_knee, slo_condition, slo_knee,
 )
-from specmon.model import LevelResult
 from specmon.report.data import ReportArm
 
 
@@ -38,15 +37,10 @@ class ArmKnees:
         return self.plateau.concurrency is not None and self.plateau.values.get("resolved") is False
 
 
-def kleinrock_power(levels: Sequence[LevelResult]) -> PowerKnee:
-    """The live ramp's power knee (one implementation, analysis.knee.power_knee)."""
-    return power_knee(levels)
-
-
 def arm_knees(arm: ReportArm) -> ArmKnees:
     return ArmKnees(
         plateau=plateau_knee(arm.levels), queueing=queueing_knee(arm.levels), c_90=c_90(arm.levels),
-        power=kleinrock_power(arm.levels), predicted=arm.predicted_knee, predicted_detail=arm.predicted_detail,
+        power=power_knee(arm.levels), predicted=arm.predicted_knee, predicted_detail=arm.predicted_detail,
         invalid_levels=[lv.offered_concurrency for lv in arm.levels if not lv.valid],
         slo=slo_knee(arm.levels) if has_slo(arm) else None,
         slo_words=slo_condition(arm.slo_ttft_s, arm.slo_tpot_s) if has_slo(arm) else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from specmon.analysis.knee import slo_sentence
 from specmon.model import LevelResult
 from specmon.report.compare import ArmGroup, Spread, drafter_comparisons, groups
 from specmon.report.data import ReportArm, ReportSession
@@ -189,19 +190,10 @@ def _slo_cells(k) -> list[str]:
 
 
 def _slo_sentence(k) -> str:
-    """'SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=10, goodput peak C=14 (6,200 tok/s)'."""
-    words = f"SLO ({k.slo_words}) "
+    """'SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=10, goodput peak C=14 (6,200 good tok/s)'."""
     if k.slo is None:
-        return words + "not judged at any valid level"
-    words += (f"met up to C={k.slo.c_slo}" if k.slo.c_slo is not None
-              else "not met at any level (lower 95% bound of attainment < 90%)")
-    if k.slo.c_goodput is not None:
-        words += f", goodput peak C={k.slo.c_goodput}"
-        if k.slo.goodput_tok_s is not None:
-            words += f" ({k.slo.goodput_tok_s:,.0f} good tok/s)"
-        if not k.slo.goodput_confirmed:
-            words += " (not confirmed)"
-    return words
+        return f"SLO ({k.slo_words}) not judged at any valid level"
+    return slo_sentence(k.slo_words, k.slo.c_slo, k.slo.c_goodput, k.slo.goodput_confirmed, k.slo.goodput_tok_s)
 
 
 def _knee_cell(c, confirmed_at, note: Optional[str] = None) -> str:

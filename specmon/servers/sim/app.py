@@ -545,7 +545,7 @@ def wrap_middlewares(app, st: SimState):
     m = st.metrics if st.enable_metrics else None
     gen_paths = {"/generate", "/v1/completions", "/v1/chat/completions"}
     log_fh = open(request_log, "a", buffering=1) if request_log else None
-    wire_fh = open(st.cfg.args.wire_log, "a", buffering=1) if getattr(st.cfg.args, "wire_log", None) else None
+    wire_fh = open(st.cfg.args.wire_log, "a", buffering=1) if st.cfg.args.wire_log else None
 
     async def asgi(scope, receive, send):
         if scope["type"] != "http":

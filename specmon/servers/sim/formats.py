@@ -73,9 +73,7 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
     m["dp_rank"] = None
     # Real SGLang stamps the first streamed chunk (and a non-streamed answer) with
     # response_sent_to_client_ts with or without --enable-metrics.
-    if n <= 1 and not final:
-        m["response_sent_to_client_ts"] = clock.epoch(r.t_first_token if r.t_first_token is not None else t_now)
-    if final and not enable_metrics and not getattr(r, "stream", True):
+    if (n <= 1 and not final) or (final and not enable_metrics and not getattr(r, "stream", True)):
         m["response_sent_to_client_ts"] = clock.epoch(r.t_first_token if r.t_first_token is not None else t_now)
     if final:
         t_fin = r.t_finished if r.t_finished is not None else t_now
