@@ -12,10 +12,13 @@ import asyncio
 import signal
 import sys
 import time
-from typing import Any, Optional, TextIO
+from typing import Optional, TextIO
 
-from specmon.analysis.knee import SLO_ATTAINMENT, slo_condition, slo_sentence
+from specmon.analysis.knee import slo_condition, slo_sentence
+from specmon.session.live import LiveSession
+from specmon.session.source import SessionSource
 from specmon.model import (
+    KneesSummary,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
     Sample, SamplesTick, SessionEnded,
 )
@@ -95,25 +98,22 @@ def noise_note(resolved: Optional[bool]) -> str:
     return " (within the noise)" if resolved is False else ""
 
 
-def knees_line(arm: str, k: dict) -> str:
-    """One arm's knees at the end of the ramp (k: analysis.knee.knees_summary, session.json's shape):
-    'fp8-mtp: plateau C=18 (within the noise); power knee C=18 (confirmed); SLO (TTFT<=2 s) met up to
-    C=10, goodput peak C=14'."""
+def knees_line(arm: str, k: KneesSummary) -> str:
+    """One arm's knees at the end of the ramp: 'fp8-mtp: plateau C=18 (within the noise); power knee
+    C=18 (confirmed); SLO (TTFT<=2 s) met up to C=10, goodput peak C=14'."""
     parts = []
-    if k.get("plateau") is not None:
-        parts.append(f"plateau C={_c(k['plateau'])}{noise_note(k.get('plateau_resolved'))}")
-    if k.get("queueing") is not None:
-        parts.append(f"queueing C={_c(k['queueing'])}")
-    pw = k.get("power") or {}
-    if pw.get("concurrency") is not None:
-        parts.append(f"power knee C={_c(pw['concurrency'])} ({'confirmed' if pw.get('confirmed') else 'not confirmed'})")
+    if k.plateau is not None:
+        parts.append(f"plateau C={_c(k.plateau)}{noise_note(k.plateau_resolved)}")
+    if k.queueing is not None:
+        parts.append(f"queueing C={_c(k.queueing)}")
+    if k.power.concurrency is not None:
+        parts.append(f"power knee C={_c(k.power.concurrency)} "
+                     f"({'confirmed' if k.power.confirmed else 'not confirmed'})")
     else:
         parts.append("power knee: no valid level")
-    slo = k.get("slo")
-    if slo:
-        parts.append(slo_sentence(slo_condition(slo.get("slo_ttft_s"), slo.get("slo_tpot_s")), slo.get("c_slo"),
-                                  slo.get("c_goodput"), bool(slo.get("goodput_confirmed")),
-                                  min_attainment=slo.get("min_attainment", SLO_ATTAINMENT)))
+    if k.slo is not None:
+        parts.append(slo_sentence(slo_condition(k.slo.slo_ttft_s, k.slo.slo_tpot_s), k.slo.c_slo,
+                                  k.slo.c_goodput, k.slo.goodput_confirmed, min_attainment=k.slo.min_attainment))
     return f"{arm}: " + "; ".join(parts)
 
 
@@ -122,7 +122,7 @@ class HeadlessPrinter:
         self.out = out
         self.t0 = time.time()
         self._gpu_said = False
-        self._knees: dict[str, dict] = {}  # arm -> the latest knees summary (LevelFinished.knees)
+        self._knees: dict[str, KneesSummary] = {}  # arm -> the latest knees (LevelFinished.knees)
 
     def __call__(self, e: Event) -> None:
         line = self.render(e)
@@ -164,7 +164,7 @@ class HeadlessPrinter:
         return None
 
 
-def run_headless(live: Any, duration_s: Optional[float] = None, out: TextIO = sys.stdout) -> str:
+def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: TextIO = sys.stdout) -> str:
     """Run `live` until `duration_s` passes, the ramp ends, or SIGINT/SIGTERM; returns the exit reason."""
     printer = HeadlessPrinter(out)
 
@@ -176,7 +176,7 @@ def run_headless(live: Any, duration_s: Optional[float] = None, out: TextIO = sy
                 live.stop_reason = why
                 stop.set()
 
-        for sig, why in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")):
+        for sig, why in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"), (signal.SIGHUP, "hangup")):
             try:
                 loop.add_signal_handler(sig, stop_because, why)
             except (NotImplementedError, RuntimeError):
@@ -186,7 +186,6 @@ def run_headless(live: Any, duration_s: Optional[float] = None, out: TextIO = sy
         return await live.run(printer, stop)
 
     reason = asyncio.run(main())
-    out_dir = getattr(live, "out_dir", None)
-    if out_dir is not None and getattr(live, "recorder", None) is not None:
-        print(f"recorded in {out_dir}", file=out, flush=True)
+    if isinstance(live, LiveSession) and live.writer is not None:
+        print(f"recorded in {live.out_dir}", file=out, flush=True)
     return reason
