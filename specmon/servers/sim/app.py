@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import random
 import re
 import time
 import uuid
@@ -20,6 +21,7 @@ from starlette.routing import Mount, Route
 from specmon.servers.sim import formats
 from specmon.servers.sim.engine import PREFIX_BLOCK, Scheduler, SimRequest
 from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
+from specmon.servers.sim.stablehash import stable_hash
 from specmon.servers.sim.tokens import TokenCounter
 
 VERSION = "0.5.10.post1"
@@ -49,7 +51,8 @@ class SimState:
         self.spec = bool(physics.p.drafter.algorithm)
         self.num_draft_tokens = physics.num_draft_tokens
         self.started_epoch = time.time()
-        self.rng_counter = 0
+        self.seed = int(a.seed)
+        self.rid_rng = random.Random(stable_hash(self.seed, "rid"))
 
 
 def _err(message: str, status: int = 400) -> JSONResponse:
@@ -70,7 +73,7 @@ def _validation_err(errors: list, path: str, where: str) -> JSONResponse:
 def _prefix_hashes_ids(ids: list) -> list:
     out, h = [], 0
     for i in range(0, len(ids) - len(ids) % PREFIX_BLOCK, PREFIX_BLOCK):
-        h = hash((h, tuple(ids[i:i + PREFIX_BLOCK])))
+        h = stable_hash(h, tuple(ids[i:i + PREFIX_BLOCK]))
         out.append(h)
     return out
 
@@ -78,7 +81,7 @@ def _prefix_hashes_ids(ids: list) -> list:
 def _prefix_hashes_text(text: str) -> list:
     out, h, step = [], 0, PREFIX_BLOCK * 4
     for i in range(0, len(text) - len(text) % step, step):
-        h = hash((h, text[i:i + step]))
+        h = stable_hash(h, text[i:i + step])
         out.append(h)
     return out
 
@@ -97,16 +100,19 @@ def build_app(st: SimState) -> Starlette:
         max_new = sampling.get("max_new_tokens")
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         ignore_eos = bool(sampling.get("ignore_eos", False))
-        rid = rid or uuid.uuid4().hex
+        # A uuid4-shaped id as SGLang makes, drawn from --seed: the n-th request of a run gets the
+        # same id, hence the same answer, every time.
+        rid = rid or uuid.UUID(int=st.rid_rng.getrandbits(128), version=4).hex
+        seed = stable_hash(st.seed, "request", rid)
         if ignore_eos or max_new <= 1:
             target, by_eos = max(1, max_new), False
         else:
-            # The "model" ends its answer after a length drawn per request (seeded by the rid).
-            natural = 16 + (hash(rid) % 600)
+            # The "model" ends its answer after a length drawn per request (from --seed and the rid).
+            natural = 16 + stable_hash(st.seed, "eos", rid) % 600
             target, by_eos = (natural, True) if natural < max_new else (max_new, False)
         return SimRequest(rid=rid, prompt_len=prompt_len, max_new_tokens=max(1, max_new), target_len=target,
                           stop_by_eos=by_eos, t_created=st.clock.now(), log_metrics=log_metrics,
-                          prefix_hashes=hashes)
+                          prefix_hashes=hashes, seed=seed)
 
     async def wait_updates(r: SimRequest):
         """Yields (tokens_so_far, finished, error) each time the scheduler flushes this request."""

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 from specmon.servers.sim.clock import SimClock
 from specmon.servers.sim.physics import Physics
+from specmon.servers.sim.stablehash import draw, uniform
 
 log = logging.getLogger("sglang.sim.scheduler")
 
@@ -36,6 +37,7 @@ NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RETRACT_DECODE_STEPS = 20
 PREFIX_BLOCK = 32
 IDLE_REPORT_S = 30.0
+ACCEPT_STREAM = 0x5EED_ACCE_7000_0001  # xor'ed into a request's seed: its acceptance draws
 
 
 @dataclass
@@ -58,6 +60,7 @@ class SimRequest:
     log_metrics: bool = True
     stream: bool = True          # non-streamed requests get one output, at the end (as in SGLang)
     prefix_hashes: list = field(default_factory=list)
+    seed: int = 0                # the request's own draws (token ids, acceptance) come from this
     # scheduler state
     prefilled: int = 0
     cached_tokens: int = 0
@@ -93,7 +96,7 @@ class SimRequest:
             if self.stop_by_eos and i == self.target_len - 1:
                 self._ids.append(EOS_TOKEN_ID)
             else:
-                self._ids.append(100 + (hash((self.rid, i)) % 31000))
+                self._ids.append(100 + draw(self.seed, i) % 31000)
         return self._ids[:n]
 
     def text_upto(self, n: int) -> str:
@@ -188,7 +191,7 @@ class Scheduler:
     def submit(self, r: SimRequest) -> None:
         r.t_queued = self.clock.now()
         if r.accept_level < 0 and self.spec:
-            r.accept_level = self.ph.accept_level_for(r.rid)
+            r.accept_level = self.ph.accept_level_for(r.seed)
         self._match_prefix(r)
         self.waiting.append(r)
         self._wake.set()
@@ -469,7 +472,9 @@ class Scheduler:
         still = []
         for r in batch:
             if self.spec:
-                k = self.ph.sample_emitted(r.accept_level)
+                # Each request draws from its own stream: what it emits does not depend on what
+                # else shares the batch, so --seed reproduces it under any concurrency.
+                k = self.ph.sample_emitted(r.accept_level, uniform(r.seed ^ ACCEPT_STREAM, r.verify_ct))
                 r.verify_ct += 1
                 acc = k - 1
                 while len(r.accept_hist) <= acc:

@@ -99,6 +99,7 @@ async def _serve(cfg, sock) -> int:
     from specmon.servers.sim.engine import Hooks, Scheduler, SimRequest
     from specmon.servers.sim.physics import Physics
     from specmon.servers.sim.server_args import build_server_args
+    from specmon.servers.sim.stablehash import stable_hash
 
     args, prof = cfg.args, cfg.profile
     clock = SimClock(args.speed)
@@ -181,8 +182,9 @@ async def _serve(cfg, sock) -> int:
         asyncio.create_task(_cpu_sampler(metrics))
 
     # Warm-up: one /generate of 8 tokens, as SGLang's launcher sends, counted in the metrics.
-    warm = SimRequest(rid="warmup-" + os.urandom(6).hex(), prompt_len=7, max_new_tokens=8, target_len=8,
-                      stop_by_eos=False, t_created=clock.now(), stream=False)
+    warm_rid = "warmup-" + format(stable_hash(args.seed, "warmup") % (1 << 48), "012x")
+    warm = SimRequest(rid=warm_rid, prompt_len=7, max_new_tokens=8, target_len=8, stop_by_eos=False,
+                      t_created=clock.now(), stream=False, seed=stable_hash(args.seed, "request", warm_rid))
     sched.submit(warm)
     while not warm.finished and not serve_task.done():
         await asyncio.sleep(0.005)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import bisect
 import random
+from typing import Optional
 
 from specmon.servers.sim.profiles import GB, Profile
+from specmon.servers.sim.stablehash import mix64
 
 KV_DTYPE_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}
 # Attention FLOPs per (query token, context token) pair, per layer: QK^T and PV, 2 FLOPs per MAC.
 ATTN_Q_DIM = 32 * 256
 ACCEPT_SPREAD_LEVELS = 9
 ACCEPT_SPREAD = 0.35
+ACCEPT_LEVEL_STREAM = 0x1E7E_15EE_D000_0002  # xor'ed into a request's seed: which level it gets
 
 
 class Physics:
@@ -97,13 +100,14 @@ class Physics:
         cdf[-1] = 1.0
         return cdf
 
-    def accept_level_for(self, key: str) -> int:
-        return hash(key) % len(self.accept_levels)
+    def accept_level_for(self, request_seed: int) -> int:
+        return mix64(request_seed ^ ACCEPT_LEVEL_STREAM) % len(self.accept_levels)
 
-    def sample_emitted(self, level: int = -1) -> int:
-        """Tokens one request emits in one verify pass (accepted drafts + the bonus token)."""
+    def sample_emitted(self, level: int = -1, u: Optional[float] = None) -> int:
+        """Tokens one request emits in one verify pass (accepted drafts + the bonus token);
+        u is the uniform draw in [0, 1) to use (default: the next one of this object's rng)."""
         cdf = self._accept_cdf if level < 0 else self.accept_levels[level]
-        return bisect.bisect_left(cdf, self.rng.random()) + 1
+        return bisect.bisect_left(cdf, self.rng.random() if u is None else u) + 1
 
     # -- costs -------------------------------------------------------------------------------------
     def prefill_time(self, new_tokens: int, ctx_pairs: float, batch_size: int) -> float:
