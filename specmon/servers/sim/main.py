@@ -42,9 +42,28 @@ def _bind(host: str, port: int) -> socket.socket:
     return s
 
 
+def profile_table() -> str:
+    """`specmon sim --list-profiles`: the catalog with the pool size and running cap each gets."""
+    from specmon.servers.sim.physics import Physics
+    from specmon.servers.sim.profiles import DRAFTERS, GB, GPUS, PROFILES
+
+    lines = [f"{'profile':<14} {'gpu':<13} {'weights':>8} {'drafter':<7} {'accept':>6} {'kv pool':>8} {'cap':>4}  description"]
+    for p in PROFILES.values():
+        ph = Physics(p)
+        gpu = [k for k, g in GPUS.items() if g is p.gpu][0]
+        acc = p.drafter.accept_length.get(p.weight_format)
+        lines.append(
+            f"{p.name:<14} {gpu:<13} {p.model.weight_bytes[p.weight_format] / GB:>6.1f}GB {p.drafter.name:<7} "
+            f"{(f'{acc:.2f}' if acc else '-'):>6} {ph.max_total_tokens:>8} {ph.max_running_requests:>4}  {p.description}")
+    lines.append("")
+    lines.append("GPUs: " + ", ".join(f"{k} ({g.memory_bytes / GB:.0f} GB, {g.bandwidth_bps / 1e12:.2f} TB/s, "
+                                       f"FP8 {g.flops['fp8'] / 1e12:.0f} TFLOP/s)" for k, g in GPUS.items()))
+    lines.append("Drafters: " + ", ".join(d.name for d in DRAFTERS.values()))
+    return "\n".join(lines)
+
+
 def run(argv: list[str]) -> int:
     from specmon.servers.sim import config
-    from specmon.servers.sim.profiles import profile_table
 
     try:
         args = config.parse(argv)

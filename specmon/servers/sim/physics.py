@@ -12,7 +12,7 @@ import bisect
 import random
 from typing import Optional
 
-from specmon.servers.sim.profiles import GB, Profile
+from specmon.servers.sim.specs import GB, Profile
 from specmon.servers.sim.stablehash import mix64
 
 KV_DTYPE_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5}
