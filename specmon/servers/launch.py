@@ -12,6 +12,10 @@ server that dies (during startup or later) marks its arm failed with the cause r
 lines; the other arms carry on. stop() terminates every group (TERM, then KILL after a grace
 period).
 
+A server's credentials (the value of its api_key/admin_api_key flags, a --api-key given in its
+command, the key in its api_key_env variable) are replaced by *** in everything the supervisor
+writes or emits: the log file and its command-line header, LogLine events, failure causes.
+
 No server outlives specmon, however specmon ends:
   - a clean end, an exception, SIGINT: stop() from the session's `finally`, and an atexit hook
     for a Supervisor nobody stopped;
@@ -36,6 +40,7 @@ import atexit
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -119,6 +124,50 @@ def build_env(arm: ArmLayout, base: Optional[dict[str, str]] = None) -> dict[str
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in arm.launch.gpus)
     env.setdefault("PYTHONUNBUFFERED", "1")  # log lines as they happen, not when a buffer fills
     return env
+
+
+SECRET_FLAGS = ("api_key", "admin_api_key")  # SGLang flags whose value is a credential
+REDACTED = "***"
+
+
+def secrets_of(arm: ArmLayout, argv: list[str], env: dict[str, str]) -> list[str]:
+    """The credentials a launched arm carries (never to be written): the expanded value of its
+    api_key/admin_api_key flags, any value given to --api-key/--admin-api-key in the command line
+    (a layout's `command:` may carry one), and the key in its api_key_env variable. Longest first,
+    so a key that contains another is replaced whole."""
+    found: set[str] = set()
+    opts = {"--" + f.replace("_", "-") for f in SECRET_FLAGS}
+    for i, part in enumerate(argv):
+        if part in opts and i + 1 < len(argv):
+            found.add(argv[i + 1])
+        elif "=" in part and part.split("=", 1)[0] in opts:
+            found.add(part.split("=", 1)[1])
+    if arm.launch is not None:
+        for name in SECRET_FLAGS:
+            value = arm.launch.flags.get(name)
+            if value not in (None, True, False):
+                found.add(str(expand_env(value, env)))
+    if arm.api_key_env and env.get(arm.api_key_env):
+        found.add(env[arm.api_key_env])
+    # as a server may print them: repr() (SGLang's server_args line) and JSON escape some characters
+    for key in list(found):
+        found |= {repr(key)[1:-1], json.dumps(key)[1:-1]}
+    return sorted((x for x in found if x), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def key_env_of(arm: ArmLayout) -> Optional[str]:
+    """The variable holding a launched arm's key: api_key_env, else the `${VAR}` that its api_key
+    flag is made of (then the scrapes and the load send the key the server was started with)."""
+    if arm.api_key_env or arm.launch is None:
+        return arm.api_key_env
+    m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", str(arm.launch.flags.get("api_key") or ""))
+    return m.group(1) if m else None
 
 
 def kill_group(pgid: int, grace_s: float = 10.0, leader: Optional[subprocess.Popen] = None) -> None:
@@ -281,6 +330,7 @@ class LaunchedArm:
     startup_timeout_s: float
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)  # replaced by *** in all the supervisor writes
     proc: Optional[subprocess.Popen] = None
     state: lp.LogState = field(default_factory=lp.LogState)
     tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
@@ -368,7 +418,7 @@ class Supervisor:
             taken.add(port)
             url = f"http://{arm.launch.host}:{port}"
             self.launched[arm.name] = LaunchedArm(
-                layout=arm, spec=ArmSpec(name=arm.name, url=url, api_key_env=arm.api_key_env, launched=True),
+                layout=arm, spec=ArmSpec(name=arm.name, url=url, api_key_env=key_env_of(arm), launched=True),
                 port=port, log_path=self.log_dir / f"{arm.name}.log",
                 startup_timeout_s=arm.launch.startup_timeout_s or layout.startup_timeout_s,
             )
@@ -473,10 +523,12 @@ class Supervisor:
             return
         a.env = build_env(a.layout, self.base_env)
         a.argv = build_argv(self.layout, a.layout, a.port, a.env)
+        a.secrets = secrets_of(a.layout, a.argv, a.env)
         self._set_phase(a, lp.PHASE_STARTING, " ".join(a.argv[-2:]))
         try:
             log = open(a.log_path, "ab", buffering=0)
-            header = f"----- specmon: start #{a.starts} at {time.strftime('%Y-%m-%d %H:%M:%S')}: {_cmdline(a.argv)}\n"
+            shown = _cmdline([redact(x, a.secrets) for x in a.argv])  # before quoting changes how a key looks
+            header = f"----- specmon: start #{a.starts} at {time.strftime('%Y-%m-%d %H:%M:%S')}: {shown}\n"
             log.write(header.encode())
             _LIVE.add(self)
             a.proc = subprocess.Popen(
@@ -484,7 +536,7 @@ class Supervisor:
                 env=a.env, start_new_session=True, close_fds=True, preexec_fn=_pdeathsig_preexec(),
             )
         except OSError as e:
-            self._fail(a, f"cannot start {a.argv[0]!r}: {e.strerror or e}")
+            self._fail(a, redact(f"cannot start {a.argv[0]!r}: {e.strerror or e}", a.secrets))
             return
         self._reaper.add(a.proc.pid)
         a.spec.pid = a.proc.pid
@@ -563,9 +615,14 @@ class Supervisor:
         """Reader thread: every line to the log file; scheduler lines into the LogState; phases and
         (rate-limited) LogLine events to the loop."""
         window_start, shown, hidden = time.monotonic(), 0, 0
+        secrets = [x.encode() for x in a.secrets]
         try:
             assert proc.stdout is not None
             for raw in iter(proc.stdout.readline, b""):
+                # SGLang prints its server_args (api_key included) at start-up: the key never
+                # reaches the file, the tail (failure causes) or the LogLine events.
+                for secret in secrets:
+                    raw = raw.replace(secret, REDACTED.encode())
                 log.write(raw)
                 # progress bars redraw with \r: the last redraw is the line
                 line = raw.decode("utf-8", "replace").rstrip("\r\n").rsplit("\r", 1)[-1]
