@@ -40,7 +40,7 @@ import httpx  # noqa: E402
 import realsglang  # noqa: E402
 from simproc import start_sim  # noqa: E402
 
-from specmon.load.ramp import RampDriver  # noqa: E402
+from specmon.session.ramp import RampDriver  # noqa: E402
 from specmon.model import ArmSpec, RampPlan  # noqa: E402
 from specmon.session.live import LiveSession  # noqa: E402
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simproc import start_sim  # noqa: E402
 
-from specmon.load.ramp import RampDriver  # noqa: E402
+from specmon.session.ramp import RampDriver  # noqa: E402
 from specmon.model import ArmSpec, RampPlan  # noqa: E402
 from specmon.session.live import LiveSession  # noqa: E402
 

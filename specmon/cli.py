@@ -7,69 +7,126 @@ Exit codes (contract): 0 ok; 2 bad usage or bad input (one line naming the probl
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from specmon import __version__
 from specmon.errors import ServerError, UsageError
+from specmon.plan import (
+    MAX_INTERVAL_S, check_category, check_count, check_levels, check_positive, check_seconds, check_seed,
+    check_tokens,
+)
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_SERVER = 3
 
 
-def _levels(text: str) -> list[int]:
+def one_line(text: str) -> str:
+    """The message as one printable line: a newline or control character from the user's own
+    input (an argument, a file name) is shown escaped, never as a line break."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the contract's error: one line naming the problem, exit 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, one_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
+
+
+# Argument types: parse the text, then the plan's own check (specmon/plan.py), so a flag follows
+# the same rule as the layout key it stands for, in the same words.
+
+
+def _int(text: str) -> int:
+    """An integer; `1e4` is read as 10000 (a whole number written as a float)."""
     try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--levels: expected comma-separated integers like 10,20,40, got {text!r}")
-    if not levels or any(c <= 0 for c in levels):
-        raise argparse.ArgumentTypeError(f"--levels: expected positive integers, got {text!r}")
-    return levels
-
-
-def _floats(text: str) -> list[float]:
+        pass
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        f = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise ValueError(f"expected an integer, got {text!r}") from None
+    if not f.is_integer():
+        raise ValueError(f"expected an integer, got {text!r}")
+    return int(f)
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def _int_list(text: str) -> list[int]:
+    parts = [x for x in text.split(",") if x.strip()]
+    try:
+        return [_int(x) for x in parts]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers like 10,20,40, got {text!r}") from None
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [_float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _typed(parse: Callable[[str], Any], check: Callable[[Any], Any], name: str) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return check(parse(text))
+        except ValueError as e:  # argparse reports an ArgumentTypeError's text as it is
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+_levels = _typed(_int_list, check_levels, "levels")
+_tokens = _typed(_int, check_tokens, "tokens")
+_count = _typed(_int, check_count, "count")
+_seed = _typed(_int, check_seed, "seed")
+_category = _typed(str, check_category, "category")
+_seconds = _typed(_float, check_seconds, "seconds")
+_seconds_or_zero = _typed(_float, lambda s: check_seconds(s, zero_ok=True), "seconds")
+_interval = _typed(_float, lambda s: check_seconds(s, most=MAX_INTERVAL_S), "seconds")
+_speed = _typed(_float, lambda x: check_positive(x, most=1e6), "speed")
+_positive = _typed(_float, check_positive, "number")
+_positives = _typed(_float_list, lambda xs: [check_positive(x) for x in xs], "numbers")
 
 
 def _add_slo_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slo-ttft", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--slo-ttft", type=_seconds, default=None, metavar="S",
                    help="TTFT SLO in seconds: per-level attainment, SLO and goodput knees (session.json)")
-    p.add_argument("--slo-tpot", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--slo-tpot", type=_seconds, default=None, metavar="S",
                    help="TPOT SLO in seconds (time per output token after the first)")
 
 
 def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None:
     p.add_argument("--levels", type=_levels, required=levels_required,
                    help="offered concurrency levels, e.g. 10,20,40,80,150")
-    p.add_argument("--input-len", type=int, default=None, help="prompt tokens per request (default 1024)")
-    p.add_argument("--output-len", type=int, default=None, help="output tokens per request, ignore_eos (default 256)")
+    p.add_argument("--input-len", type=_tokens, default=None, help="prompt tokens per request (default 1024)")
+    p.add_argument("--output-len", type=_tokens, default=None, help="output tokens per request, ignore_eos (default 256)")
     p.add_argument("--dataset", default=None, help="JSONL prompts, ShareGPT JSON or SPEED-Bench JSONL")
-    p.add_argument("--category", default=None, help="SPEED-Bench category to keep, e.g. low_entropy")
+    p.add_argument("--category", type=_category, default=None, help="SPEED-Bench category to keep, e.g. low_entropy")
     p.add_argument("--tokenizer", default=None, help="local tokenizer directory (sends text); without it input_ids are sent")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_seed, default=None)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--level-duration", type=_positive_float, default=None, help="seconds per level")
-    g.add_argument("--requests-per-level", type=int, default=None)
-    p.add_argument("--settle", type=float, default=None, help="seconds at the start of a level left out of its statistics")
+    g.add_argument("--level-duration", type=_seconds, default=None, help="seconds per level")
+    g.add_argument("--requests-per-level", type=_count, default=None)
+    p.add_argument("--settle", type=_seconds_or_zero, default=None,
+                   help="seconds at the start of a level left out of its statistics")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache between levels")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specmon", description="Watch SGLang servers serve; ramp them; find the knee.")
+    parser = Parser(prog="specmon", description="Watch SGLang servers serve; ramp them; find the knee.")
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -77,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true")
     p.add_argument("--out", default=None)
     p.add_argument("--levels", type=_levels, default=None)
-    p.add_argument("--speed", type=_positive_float, default=None, help="simulated seconds per wall second")
-    p.add_argument("--level-duration", type=_positive_float, default=None, help="simulated seconds per level")
+    p.add_argument("--speed", type=_speed, default=None, help="simulated seconds per wall second")
+    p.add_argument("--level-duration", type=_seconds, default=None, help="simulated seconds per level")
     p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
     _add_slo_options(p)
 
@@ -86,27 +143,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--name", action="append", default=[], metavar="NAME=URL")
     p.add_argument("--api-key-env", default=None, metavar="VAR", help="environment variable that holds the API key")
-    p.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between scrapes (default 1)")
+    p.add_argument("--interval", type=_interval, default=1.0, help="seconds between scrapes (default 1)")
     p.add_argument("--out", default=None)
     p.add_argument("--headless", action="store_true")
-    p.add_argument("--duration", type=_positive_float, default=None, help="stop after S seconds")
-    p.add_argument("--isl", type=int, default=1024, help="assumed input tokens per request, for the predicted knee")
-    p.add_argument("--osl", type=int, default=256, help="assumed output tokens per request, for the predicted knee")
+    p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds")
+    p.add_argument("--isl", type=_tokens, default=1024, help="assumed input tokens per request, for the predicted knee")
+    p.add_argument("--osl", type=_tokens, default=256, help="assumed output tokens per request, for the predicted knee")
 
     p = sub.add_parser("launch", help="start servers from a layout file, ramp, watch")
     p.add_argument("layout", metavar="LAYOUT.yaml")
     p.add_argument("--out", default=None)
     p.add_argument("--headless", action="store_true")
-    p.add_argument("--interval", type=_positive_float, default=None,
+    p.add_argument("--interval", type=_interval, default=None,
                    help="seconds between scrapes (default: the layout's interval_s, else 1)")
 
     p = sub.add_parser("ramp", help="drive a concurrency ramp against running servers")
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--name", action="append", default=[], metavar="NAME=URL")
     p.add_argument("--api-key-env", default=None, metavar="VAR")
-    p.add_argument("--interval", type=_positive_float, default=1.0)
+    p.add_argument("--interval", type=_interval, default=1.0)
     p.add_argument("--headless", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--yes", action="store_true",
+                   help="send the load even to a server that is not on this machine (not a loopback address)")
     _add_ramp_options(p, levels_required=True)
     _add_slo_options(p)
 
@@ -117,18 +176,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="plots and tables from recorded sessions")
     p.add_argument("sessions", nargs="+", metavar="SESSION_DIR")
     p.add_argument("--format", choices=["md", "png", "html"], default="md")
-    p.add_argument("--price-per-gpu-hour", type=float, default=None)
-    p.add_argument("--at", type=_floats, default=None, help="per-user tok/s points for matched-interactivity tables")
+    p.add_argument("--price-per-gpu-hour", type=_positive, default=None)
+    p.add_argument("--at", type=_positives, default=None, help="per-user tok/s points for matched-interactivity tables")
     p.add_argument("--out", default=None)
 
     p = sub.add_parser("replay", help="play a recorded session through the TUI")
     p.add_argument("session", metavar="SESSION_DIR")
-    p.add_argument("--speed", type=_positive_float, default=1.0)
+    p.add_argument("--speed", type=_speed, default=1.0)
     p.add_argument("--headless", action="store_true")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # `specmon ... | head`: the reader left. Python's documented way out: point stdout at
+        # devnull so the interpreter's own flush at exit cannot fail again, and exit quietly.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # `specmon sim` owns its flags (they mirror SGLang's launch_server).
@@ -150,10 +227,10 @@ def _guard(fn) -> int:
     try:
         rc = fn()
     except UsageError as e:
-        print(f"specmon: error: {e}", file=sys.stderr)
+        print(one_line(f"specmon: error: {e}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except ServerError as e:
-        print(f"specmon: error: {e}", file=sys.stderr)
+        print(f"specmon: error: {e}", file=sys.stderr)  # may carry a server's log tail, lines and all
         return EXIT_SERVER
     except KeyboardInterrupt:
         return 130

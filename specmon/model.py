@@ -14,6 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+# Validated where it is built (command line, layout, demo overrides): see plan.py. Re-exported here
+# for `from specmon.model import RampPlan` and the events that carry a plan.
+from specmon.plan import RampPlan  # noqa: F401
+
 # --------------------------------------------------------------------------------------------
 # Static description of one server ("arm")
 
@@ -173,6 +177,16 @@ class Sample:
     server_cpu_pct: Optional[float] = None  # server process tree, % of one core, when local
 
 
+def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[int]) -> Optional[float]:
+    """KV pool usage: the server's own figure when it gives one, else used / capacity; None when
+    neither is known. Every source and pane fills kv_usage through this one rule."""
+    if usage is not None:
+        return usage
+    if used is not None and capacity:
+        return used / capacity
+    return None
+
+
 # The contract columns of samples.csv, in order (design.md), then our additions.
 SAMPLE_COLUMNS = [
     "ts", "arm", "up", "running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens",
@@ -295,25 +309,75 @@ LEVEL_COLUMNS = [
 ]
 
 
+# --------------------------------------------------------------------------------------------
+# Knees: what analysis.knee concludes about one arm (session.json's `knees`, the TUI's knee
+# banner, the headless summary and the report all read this one shape)
+
+
 @dataclass
-class RampPlan:
-    levels: list[int]
-    input_len: int = 1024
-    output_len: int = 256
-    level_duration_s: Optional[float] = 60.0
-    requests_per_level: Optional[int] = None
-    settle_s: float = 5.0
-    seed: int = 42
-    dataset: Optional[str] = None
-    category: Optional[str] = None
-    tokenizer: Optional[str] = None
-    flush_cache: bool = False
-    restart_between_levels: bool = False
-    timeout_s: float = 600.0
-    # Optional operator SLOs (peers C2 D3): a request meets them when its TTFT <= slo_ttft_s and
-    # its TPOT <= slo_tpot_s (either may be None: not judged). None for both: no SLO knee.
+class PredictedKnee:
+    """The knee knowable before any load, from the KV pool and the request cap (analysis/predict.py).
+
+    `concurrency` is the prediction: the lower of what SGLang admits at once (a request needs its
+    prompt plus osl x new_token_ratio of decode reserve) and the request cap. `kv_full_length`
+    (pool / (isl + osl), every request at full length) is shown beside it, never used as the knee."""
+
+    concurrency: Optional[float]
+    kv_admitted: Optional[int] = None  # floor(pool / (isl + osl x ratio))
+    kv_full_length: Optional[float] = None
+    request_cap: Optional[int] = None
+    new_token_ratio: Optional[float] = None
+    ratio_assumed: bool = False  # True: the server did not export its ratio, SGLang's initial one is used
+    isl: Optional[int] = None
+    osl: Optional[int] = None
+    bound_by: Optional[str] = None  # "KV pool" | "request cap"
+    detail: str = ""
+
+
+@dataclass
+class PowerKneeSummary:
+    concurrency: Optional[float] = None  # argmax of X / TTFT p50 over valid levels
+    power_tok_s_per_s_ttft: Optional[float] = None
+    confirmed: bool = False
+
+
+@dataclass
+class SloSummary:
     slo_ttft_s: Optional[float] = None
     slo_tpot_s: Optional[float] = None
+    min_attainment: float = 0.9
+    c_slo: Optional[float] = None  # largest C whose attainment's Wilson lower 95% bound >= min_attainment
+    c_goodput: Optional[float] = None  # argmax of tok/s x attainment
+    goodput_tok_s: Optional[float] = None
+    goodput_confirmed: bool = False
+    levels: dict[str, Any] = field(default_factory=dict)  # C -> attainment figures
+
+
+@dataclass
+class KneesSummary:
+    """Every knee definition's value for one arm over its finished levels (analysis.knee)."""
+
+    plateau: Optional[float] = None
+    plateau_confirmed_at_level: Optional[int] = None
+    plateau_detail: str = ""
+    plateau_resolved: Optional[bool] = None  # False: within the noise
+    queueing: Optional[float] = None
+    queueing_confirmed_at_level: Optional[int] = None
+    queueing_detail: str = ""
+    c_90: Optional[float] = None
+    eta: Optional[dict[str, Optional[float]]] = None  # C -> added tok/s per added stream, relative
+    eta_upper95: Optional[dict[str, Optional[float]]] = None
+    plateau_theta: Optional[float] = None
+    plateau_point_estimate_at: Optional[list[int]] = None
+    eta_halfwidth_median: Optional[float] = None
+    output_tok_s_se: dict[str, Optional[float]] = field(default_factory=dict)
+    queueing_levels: Optional[list[int]] = None
+    queue_share_of_ttft: dict[str, Optional[float]] = field(default_factory=dict)
+    power: PowerKneeSummary = field(default_factory=PowerKneeSummary)
+    ttft_dispersion_levels: list[int] = field(default_factory=list)
+    predicted: Optional[PredictedKnee] = None
+    invalid_levels: list[int] = field(default_factory=list)
+    slo: Optional[SloSummary] = None  # None: the ramp had no SLOs
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,9 +442,10 @@ class LevelProgress(Event):
 class LevelFinished(Event):
     level: int
     results: list[LevelResult]  # one per arm
-    # arm -> analysis.knee.knees_summary over the arm's levels so far (session.json's `knees`
-    # shape: plateau, queueing, power, slo...); empty when the sender computed none.
-    knees: dict = field(default_factory=dict)
+    # arm -> its knees over its levels so far; empty when the sender computed none.
+    knees: dict[str, KneesSummary] = field(default_factory=dict)
+    # What the load client cost and how it kept pace on this level (session.json load_client).
+    load_client: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -391,6 +456,7 @@ class KneeCalled(Event):
     detail: str
     # plateau only: its 95% bounds settle it (True), it is within the noise (False), no SEs (None)
     resolved: Optional[bool] = None
+    predicted: Optional[PredictedKnee] = None  # definition "predicted" only: every figure behind it
 
 
 @dataclass
@@ -406,3 +472,39 @@ class Marker(Event):
 @dataclass
 class SessionEnded(Event):
     reason: str
+
+@dataclass
+class SessionStarted(Event):
+    """The first event of every session: what is watched, how, and where it is recorded."""
+
+    mode: str  # attach | ramp | launch | demo | replay
+    arms: list[ArmSpec]
+    interval_s: Optional[float] = None
+    isl: Optional[int] = None  # the lengths the predicted knee assumes
+    osl: Optional[int] = None
+    launch: Optional[LaunchContext] = None  # launch mode only
+    panes: Optional[list[str]] = None  # the layout's `panes:` (specmon/panes.py); None: all
+
+
+@dataclass
+class LaunchContext:
+    """Launch mode: the layout the servers came from (session.json layout, layout_file, logs_dir)."""
+
+    layout: dict[str, Any]
+    layout_file: Optional[str]
+    logs_dir: Optional[str]
+
+
+@dataclass
+class RampStarted(Event):
+    plan: RampPlan
+    time_scale: dict[str, float]  # arm -> simulated seconds per wall second (1.0 for a real server)
+    workload: dict[str, Any]  # load.workload.Workload.describe()
+
+
+@dataclass
+class RequestFinished(Event):
+    """One request the ramp sent has ended (ok, failed or cancelled): a requests.csv row."""
+
+    record: RequestRecord
+

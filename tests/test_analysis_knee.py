@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specmon.analysis.knee import (
-    c_90, marginal_efficiency, plateau_knee, predicted_knees, queueing_knee, queueing_ttft,
+    c_90, marginal_efficiency, plateau_knee, queueing_knee, queueing_ttft,
 )
 from specmon.analysis.stats import histogram_quantile, percentile, spread_gaps
 from specmon.analysis.table import format_level_table
@@ -98,13 +98,12 @@ def test_queueing_ttft_note():
 
 
 def test_predicted_knee_brackets_field_fact():
-    # field-facts A: FP8 pool 175,000 tokens, ~8.8K in + 1K out -> measured knee ~18
-    p = predicted_knees(175_000, 8800, 1024, 48)
-    assert p["kv_full_length"] == pytest.approx(17.81, abs=0.01)
-    assert p["kv_mean_length"] == pytest.approx(18.79, abs=0.01)
-    assert p["predicted"] == pytest.approx(17.81, abs=0.01)
-    assert predicted_knees(None, 8800, 1024, None)["predicted"] is None
-    assert predicted_knees(None, 8800, 1024, 4)["predicted"] == 4
+    # Operators measured: an FP8 pool of 175,000 tokens, ~8.8K in + 1K out -> knee ~18.
+    p = predict_knee(ArmInfo(kv_capacity_tokens=175_000, max_running_requests=48), 8800, 1024)
+    assert p.kv_full_length == pytest.approx(17.81, abs=0.01)
+    assert p.kv_admitted == 18 and p.concurrency == 18 and p.ratio_assumed and p.bound_by == "KV pool"
+    assert predict_knee(ArmInfo(), 8800, 1024) is None
+    assert predict_knee(ArmInfo(max_running_requests=4), 8800, 1024).concurrency == 4
 
 
 def test_percentile_matches_numpy_linear():
@@ -153,6 +152,8 @@ def test_queueing_knee_from_queue_time_share_of_ttft():
 # ---- D1 with confidence bounds ---------------------------------------------------------------
 
 from specmon.analysis.knee import marginal_efficiency_bounds, power_knee, slo_knee, knees_summary  # noqa: E402
+from specmon.analysis.predict import predict_knee  # noqa: E402
+from specmon.model import ArmInfo, PowerKneeSummary  # noqa: E402
 from specmon.analysis.stats import mean_se, rate_batches, t_upper_95, wilson_lower  # noqa: E402
 
 
@@ -256,12 +257,12 @@ def test_slo_knee_uses_the_wilson_bound_not_the_point_attainment():
 def test_knees_summary_carries_d3_only_with_slos():
     lv = curve([10, 20, 30, 40], [1000, 1800, 2000, 2050], ttft_p50_s=[1.0, 1.5, 4.0, 9.0],
                ttft_p99_s=[2.0, 3.0, 20.0, 20.0], slo_n=[50] * 4, slo_met=[50, 50, 30, 10])
-    s = knees_summary(lv, 175_000, 8800, 1024, 48)
-    assert s["power"] == {"concurrency": 20, "power_tok_s_per_s_ttft": 1200.0, "confirmed": True}
-    assert s["ttft_dispersion_levels"] == [30]
-    assert "slo" not in s
-    s = knees_summary(lv, 175_000, 8800, 1024, 48, slo_ttft_s=2.0)
-    assert s["slo"]["c_slo"] == 20 and s["slo"]["c_goodput"] == 20 and s["slo"]["slo_ttft_s"] == 2.0
+    s = knees_summary(lv)
+    assert s.power == PowerKneeSummary(concurrency=20, power_tok_s_per_s_ttft=1200.0, confirmed=True)
+    assert s.ttft_dispersion_levels == [30]
+    assert s.slo is None
+    s = knees_summary(lv, slo_ttft_s=2.0)
+    assert s.slo.c_slo == 20 and s.slo.c_goodput == 20 and s.slo.slo_ttft_s == 2.0
 
 
 def test_unresolved_plateau_says_the_ramp_cannot_resolve_theta():

@@ -4,7 +4,7 @@ import pytest
 
 from specmon.analysis.levels import Window, level_result
 from specmon.load.client import RequestOutcome
-from specmon.load.ramp import server_pace
+from specmon.session.ramp import server_pace
 from specmon.model import Sample
 
 T0 = 1_000_000.0

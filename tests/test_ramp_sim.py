@@ -8,7 +8,7 @@ import time
 import pytest
 
 from simproc import start_sim
-from specmon.load.ramp import RampDriver
+from specmon.session.ramp import RampDriver
 from specmon.model import (
     ArmSpec, KneeCalled, LevelFinished, LevelStarted, RampFinished, RampPlan,
 )
@@ -77,7 +77,9 @@ def test_short_ramp_records_exact_lengths_and_holds_c_in_flight(tmp_path):
     assert all(float(lv["output_tok_s"]) > 0 for lv in levels)
     session = json.loads((tmp_path / "session.json").read_text())
     assert session["time_scale"] == {"sim": 50.0}
+    # One predicted knee: the one the live session called is the one the knees summary carries.
     assert session["knees"]["sim"]["predicted"]["kv_full_length"] == pytest.approx(175000 / 544, abs=0.01)
+    assert session["knees"]["sim"]["predicted"] == session["predicted_knees"]["sim"]
     assert session["load_client"][-1]["tokens"] == 8 * 32
 
 

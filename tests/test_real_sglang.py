@@ -33,8 +33,8 @@ import httpx
 import pytest
 
 import realsglang as rs
-from specmon.load.ramp import RampDriver
-from specmon.model import ArmSpec, RampPlan, Sample
+from specmon.session.ramp import RampDriver
+from specmon.model import ArmSpec, RampPlan, Sample, SessionEnded
 from specmon.session.live import LiveSession
 from specmon.sources import logparse as lp
 from specmon.sources.sglang import ArmCollector
@@ -190,7 +190,7 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
             await load
     finally:
         await live._close_collectors()
-        live.recorder.close("test")
+        live.writer(SessionEnded(reason="test"))
     assert not problems, problems
     assert judged["idle"] >= 2 and judged["loaded"] >= 4, judged
     assert log_checked >= 2, "too few quiet moments to compare the log with /metrics"

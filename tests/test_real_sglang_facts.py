@@ -7,7 +7,7 @@ import pytest
 
 from specmon.load.client import trusted_meta
 from specmon.model import ArmInfo
-from specmon.sources.predict import admitted_at_once, predicted_knee
+from specmon.analysis.predict import admitted_at_once, predict_knee
 
 # The final meta_info of a streamed /generate on the real server (--enable-metrics), for a request
 # that waited ~10 s in the queue (6 running, 6 queued): the scheduler stamps never arrive.
@@ -35,14 +35,14 @@ def test_predicted_knee_is_what_sglang_admits():
     # 8,192-token pool, 1,024 in / 256 out, new_token_ratio 0.7: the real server ran 6 and queued the rest.
     assert admitted_at_once(8192, 1024, 256, 0.7) == 6
     info = ArmInfo(kv_capacity_tokens=8192, max_running_requests=2048)
-    k = predicted_knee("real", info, 1024, 256, new_token_ratio=0.7)
+    k = predict_knee(info, 1024, 256, new_token_ratio=0.7)
     assert k.concurrency == 6
     assert "new_token_ratio 0.70" in k.detail and "6.4" in k.detail and "(1024+256)" in k.detail
     # Without the gauge (no --enable-metrics) SGLang's starting ratio is assumed, and said so.
-    k = predicted_knee("real", info, 1024, 256)
+    k = predict_knee(info, 1024, 256)
     assert k.concurrency == 6 and "assumed" in k.detail
     # The request cap still wins when it is lower.
-    assert predicted_knee("x", ArmInfo(kv_capacity_tokens=8192, max_running_requests=4), 1024, 256, 0.7).concurrency == 4
+    assert predict_knee(ArmInfo(kv_capacity_tokens=8192, max_running_requests=4), 1024, 256, 0.7).concurrency == 4
 
 
 @pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10)])

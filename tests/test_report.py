@@ -1,5 +1,5 @@
 """`specmon report`: tables checked against the recorded CSVs, matched interactivity on a session
-written by the real Recorder with known levels, cost and power formulas, figures, HTML, bad input.
+written by the real SessionWriter with known levels, cost and power formulas, figures, HTML, bad input.
 
 Expected numbers are computed here from the CSV files (csv module) or by hand, not by the report's
 own helpers.
@@ -16,14 +16,17 @@ import pytest
 
 from simproc import REPO
 from specmon.errors import UsageError
-from specmon.model import LevelResult, Sample
+from specmon.model import (
+    ArmInfo, ArmInfoUpdated, ArmSpec, KneeCalled, LaunchContext, LevelFinished, LevelResult, PredictedKnee, RampPlan,
+    RampStarted, Sample, SamplesTick, SessionEnded, SessionStarted,
+)
 from specmon.report.compare import drafter_comparisons, groups
 from specmon.report.data import load_sessions
 from specmon.report.frontier import cost_per_million, matched, tok_s_per_mw
 from specmon.analysis.knee import power_knee
 from specmon.report.markdown import render_md
 from specmon.report.tables import build_report
-from specmon.session.recorder import Recorder
+from specmon.session.folder import SessionWriter
 
 DATA = REPO / "tests" / "data"
 SESSIONS = [DATA / "session_sim_3arm", DATA / "session_demo_2arm", DATA / "session_sim_1arm"]
@@ -119,30 +122,34 @@ def test_session_header_names_the_arms_and_their_server_args():
 
 
 # --------------------------------------------------------------------------------------------
-# A session written by the real Recorder with known levels
+# A session written by the real SessionWriter with known levels
 
 
 def write_session(path: Path, arm_levels: dict[str, list[tuple]], gpus: dict[str, list[int]] | None = None,
                   server_args: dict[str, dict] | None = None) -> Path:
     """arm_levels: arm -> [(C, achieved, out tok/s, per-user tok/s, ttft p50, power W or None), ...]."""
-    rec = Recorder(path)
+    w = SessionWriter(path)
+    layout = {"arms": [{"name": a, "launch": {"gpus": g}} for a, g in (gpus or {}).items()]}
+    w(SessionStarted(mode="launch", arms=[ArmSpec(name=a, url="http://127.0.0.1:1") for a in arm_levels],
+                     launch=LaunchContext(layout=layout, layout_file=None, logs_dir=None)))
+    for a in arm_levels:
+        w(ArmInfoUpdated(arm=a, info=ArmInfo(model="m", quantization="fp8", kv_cache_dtype="fp8_e4m3",
+                                             mem_fraction_static=0.85, tp_size=1, **(server_args or {}).get(a, {}))))
+        pk = PredictedKnee(concurrency=17.8, detail="KV pool test")
+        w(KneeCalled(arm=a, definition="predicted", concurrency=17.8, detail=pk.detail, predicted=pk))
+    w(RampStarted(plan=RampPlan(levels=[lv[0] for lv in next(iter(arm_levels.values()))], input_len=100,
+                                output_len=10), time_scale={}, workload={}))
     t = 1000.0
     for arm, levels in arm_levels.items():
         for i, (c, ach, x, u, ttft, power) in enumerate(levels):
             for k in range(3):
-                rec.write_sample(Sample(ts=t, arm=arm, up=True, gpu_power_w=power, level=i, offered_concurrency=c))
+                w(SamplesTick(samples=[Sample(ts=t, arm=arm, up=True, gpu_power_w=power, level=i, offered_concurrency=c)],
+                              ts=t))
                 t += 1
-            rec.write_level(LevelResult(arm=arm, level=i, offered_concurrency=c, achieved_concurrency=ach,
-                                        output_tok_s=x, per_user_tok_s=u, ttft_p50_s=ttft, ok=10))
-    base = {"model": "m", "quantization": "fp8", "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
-            "max_total_tokens": None, "tp_size": 1, "speculative_algorithm": None}
-    rec.update_session(
-        arms=[{"name": a, "url": "http://127.0.0.1:1", "server_args": {**base, **(server_args or {}).get(a, {})}}
-              for a in arm_levels],
-        layout={"arms": [{"name": a, "launch": {"gpus": g}} for a, g in (gpus or {}).items()]},
-        predicted_knees={a: {"concurrency": 17.8, "detail": "KV pool test"} for a in arm_levels},
-        ramp_plan={"levels": [lv[0] for lv in next(iter(arm_levels.values()))], "input_len": 100, "output_len": 10})
-    rec.close("done")
+            w(LevelFinished(level=i, results=[LevelResult(arm=arm, level=i, offered_concurrency=c,
+                                                          achieved_concurrency=ach, output_tok_s=x, per_user_tok_s=u,
+                                                          ttft_p50_s=ttft, ok=10)]))
+    w(SessionEnded(reason="done"))
     return path
 
 
@@ -338,9 +345,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 
 
 def test_load_sessions_refuses_a_folder_without_levels(tmp_path):
-    rec = Recorder(tmp_path / "s")
-    rec.write_sample(Sample(ts=1.0, arm="a", up=True))
-    rec.close("done")
+    w = SessionWriter(tmp_path / "s")
+    w(SamplesTick(samples=[Sample(ts=1.0, arm="a", up=True)], ts=1.0))
+    w(SessionEnded(reason="done"))
     with pytest.raises(UsageError, match="levels.csv: no level rows"):
         load_sessions([tmp_path / "s"])
 

@@ -49,7 +49,9 @@ def text(widget) -> str:
 
 
 def event_kinds(seen) -> list[str]:
-    return [type(m).__name__ for m in seen if isinstance(m, (msg.EventMessage, msg.LiveStopped))]
+    """The app's messages in order, named by the event each carries (LiveStopped has none)."""
+    return [type(m.event).__name__ if isinstance(m, msg.EventMessage) else type(m).__name__
+            for m in seen if isinstance(m, (msg.EventMessage, msg.LiveStopped))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +76,8 @@ async def test_replay_three_arms_messages_and_panes(tmp_path):
         assert all(e < s for e, s in zip(ends, starts[1:]))
         assert kinds.index("RampFinished") > ends[-1]
         assert kinds[-2:] == ["SessionEnded", "LiveStopped"]
-        assert 1 <= kinds.count("Tick") <= sum(1 for e in src.events if type(e).__name__ == "SamplesTick")
-        assert kinds.count("ArmInfoChanged") == 3
+        assert 1 <= kinds.count("SamplesTick") <= sum(1 for e in src.events if type(e).__name__ == "SamplesTick")
+        assert kinds.count("ArmInfoUpdated") == 3
 
         panels = list(app.query(ArmPanel))
         assert [p.arm_name for p in panels] == ["fp8-mtp", "nvfp4-mtp", "fp8-nospec"]
@@ -107,7 +109,7 @@ async def test_replay_keys(tmp_path):
         assert isinstance(app.screen, PromptScreen)
         await pilot.press(*"warm", "enter")
         await wait_for(pilot, lambda: any(m.label == "warm" for m in app.state.markers), what="marker")
-        assert "MarkerAdded" in event_kinds(seen)
+        assert "Marker" in event_kinds(seen)
         # s: an SVG screenshot in the session folder
         await pilot.press("s")
         assert list(folder.glob("screenshot-*.svg"))
@@ -159,7 +161,7 @@ def test_replay_bad_folder(tmp_path):
 
 
 async def test_live_one_arm_with_ramp(tmp_path):
-    from specmon.load.ramp import RampDriver
+    from specmon.session.ramp import RampDriver
     from specmon.session.live import LiveSession
 
     with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=20, timeout=90) as sim:
@@ -182,7 +184,7 @@ async def test_live_one_arm_with_ramp(tmp_path):
             await wait_for(pilot, lambda: "/175K tok" in text(panel.query_one(KvPane)), what="KV pane")
             await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, timeout=90, what="ramp end")
             # The ramp sent its knees with every level (D3: the power knee is always computed).
-            assert app.state.arm("fp8-mtp").d3 is not None and app.state.arm("fp8-mtp").d3.power_c in (2, 4, None)
+            assert app.state.arm("fp8-mtp").knees_summary is not None and app.state.arm("fp8-mtp").knees_summary.power.concurrency in (2, 4, None)
             # A mark on the finished session is still recorded (the recording is closed by now).
             await pilot.press("m")
             await pilot.press("enter")
@@ -192,7 +194,7 @@ async def test_live_one_arm_with_ramp(tmp_path):
         kinds = event_kinds(seen)
         assert kinds.index("LevelStarted") < kinds.index("LevelFinished") < kinds.index("RampFinished")
         assert kinds.index("RampFinished") < kinds.index("SessionEnded") < kinds.index("LiveStopped")
-        assert "MarkerAdded" in kinds
+        assert "Marker" in kinds
         rows = list(csv.DictReader(open(tmp_path / "s" / "samples.csv")))
         marks = [(r["arm"], r["marker"]) for r in rows if r["marker"]]
         # mark 1 is the operator's first mark whatever the session noted before it (the ramp marks a
@@ -295,3 +297,37 @@ async def test_default_mark_label_counts_only_the_operators_marks(tmp_path):
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.state.markers) == 2, what="marker")
         assert app.state.markers[-1].label == "mark 1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout's `panes:` decides what shows
+
+
+async def test_the_layouts_panes_are_the_panes_shown(tmp_path):
+    from specmon.tui.widgets.arm_panel import ArmPanel
+    from specmon.tui.widgets.gpu_strip import GpuStrip
+    from snapshot_apps import make_session
+
+    folder = make_session.write(tmp_path / "s", n_arms=2, levels=(4, 8), level_s=2, legacy=False)
+    # the same session as a layout with `panes: [kv, ttft, levels]` would have recorded it
+    log = folder / "events.jsonl"
+    lines = log.read_text().splitlines()
+    lines[0] = lines[0].replace('"panes":null', '"panes":["kv","ttft","levels"]')
+    log.write_text("\n".join(lines) + "\n")
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, what="replay end")
+        await pilot.pause()
+        panel = app.query(ArmPanel).first()
+        shown = {name for name, pane in panel._panes.items() if pane.display}
+        assert shown == {"kv", "ttft"}
+        assert app.query_one(GpuStrip).display is False
+    # without the key everything shows
+    lines[0] = lines[0].replace('"panes":["kv","ttft","levels"]', '"panes":null')
+    log.write_text("\n".join(lines) + "\n")
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, what="replay end")
+        await pilot.pause()
+        panel = app.query(ArmPanel).first()
+        assert all(pane.display for pane in panel._panes.values())

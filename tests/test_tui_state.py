@@ -13,7 +13,9 @@ from specmon.model import (
 from specmon.session.replay import ReplaySource
 from specmon.tui import fmt
 from specmon.tui.chart import Series, bar, spark_rows, xy_plot
-from specmon.tui.state import SessionState, queue_share
+from specmon.analysis.knee import queue_share
+from specmon.model import KneesSummary, PowerKneeSummary, SloSummary
+from specmon.tui.state import SessionState
 
 sys.path.insert(0, str(Path(__file__).parent / "snapshot_apps"))
 import make_session  # noqa: E402
@@ -110,15 +112,15 @@ def test_replay_rebuilds_the_event_stream(tmp_path):
 def test_level_finished_knees_feed_the_d3_summary_and_the_banner_flag():
     st = SessionState()
     st.apply(LevelFinished(level=0, results=[LevelResult(arm="a", level=0, offered_concurrency=8)],
-                           knees={"a": {"power": {"concurrency": 8, "confirmed": False}}}))
-    d3 = st.arm("a").d3
-    assert (d3.power_c, d3.power_confirmed, d3.slo) == (8, False, None)
+                           knees={"a": KneesSummary(power=PowerKneeSummary(concurrency=8, confirmed=False))}))
+    summary = st.arm("a").knees_summary
+    assert (summary.power.concurrency, summary.power.confirmed, summary.slo) == (8, False, None)
     assert not st.arm("a").knee_news  # an unconfirmed maximum alone is no news
-    st.apply(LevelFinished(level=1, results=[LevelResult(arm="a", level=1, offered_concurrency=16)], knees={"a": {
-        "power": {"concurrency": 8, "confirmed": True},
-        "slo": {"slo_ttft_s": 2.0, "slo_tpot_s": 0.03, "c_slo": None, "c_goodput": 16, "goodput_confirmed": False}}}))
-    d3 = st.arm("a").d3
-    assert d3.power_confirmed and d3.slo == "TTFT<=2 s, TPOT<=30 ms" and d3.c_slo is None and d3.c_goodput == 16
+    st.apply(LevelFinished(level=1, results=[LevelResult(arm="a", level=1, offered_concurrency=16)], knees={"a": KneesSummary(
+        power=PowerKneeSummary(concurrency=8, confirmed=True),
+        slo=SloSummary(slo_ttft_s=2.0, slo_tpot_s=0.03, c_slo=None, c_goodput=16, goodput_confirmed=False))}))
+    summary = st.arm("a").knees_summary
+    assert summary.power.confirmed and summary.slo.c_slo is None and summary.slo.c_goodput == 16
     assert st.arm("a").knee_news
     st.apply(KneeCalled(arm="a", definition="plateau", concurrency=8, detail="", resolved=False))
     assert st.arm("a").plateau_resolved is False
@@ -145,7 +147,7 @@ def test_headless_prints_every_knee_per_arm_when_the_ramp_ends(tmp_path):
 def test_replay_knees_per_level_are_those_of_the_levels_so_far(tmp_path):
     folder = make_session.write_knees(tmp_path / "k")
     finished = [e for e in ReplaySource(folder, speed=1e9).events if isinstance(e, LevelFinished)]
-    power = [e.knees["a"]["power"] for e in finished]
+    power = [e.knees["a"].power for e in finished]
     # one level: its own maximum, unconfirmed; three: C=10 fell twice after it
-    assert [(p["concurrency"], p["confirmed"]) for p in power] == [(10, False), (10, False), (10, True)]
-    assert [e.knees["a"]["slo"]["c_slo"] for e in finished] == [10, 20, 20]
+    assert [(p.concurrency, p.confirmed) for p in power] == [(10, False), (10, False), (10, True)]
+    assert [e.knees["a"].slo.c_slo for e in finished] == [10, 20, 20]

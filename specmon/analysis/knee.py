@@ -41,9 +41,9 @@ D2 queueing onset:
 Queueing TTFT: share = mean server queue time / mean TTFT of the level; above 50 % the TTFT is
     mostly waiting, and the note reads "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill" (prefill here is
     everything that is not queue: TTFT - queue).
-Predicted knee from KV capacity (before any load): pool / (isl + osl) (every request at full
-    length, conservative), pool / (isl + osl / 2) (closed loop with fixed output length holds
-    half-decoded requests on average), and the request cap; the prediction is the lowest bound.
+Predicted knee from KV capacity (before any load): analysis/predict.py (what SGLang admits at
+    once, with its new_token_ratio reserve, and the request cap); the summary carries the one the
+    live session called.
 D3 power knee (no SLOs needed): Kleinrock power P_k = X_k / TTFT_p50_k; knee_power = argmax_k P_k
     over valid levels, confirmed when P falls at the two levels after it (report and live use
     this one function).
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from specmon.analysis.stats import t_upper_95, wilson_lower
-from specmon.model import LevelResult
+from specmon.model import KneesSummary, LevelResult, Sample, PowerKneeSummary, PredictedKnee, SloSummary
 
 PLATEAU_THETA = 0.15
 QUEUED_SHARE_MIN = 0.8
@@ -200,8 +200,10 @@ def queueing_ttft(level: LevelResult, threshold: float = QUEUE_TTFT_SHARE) -> Op
     return share, f"TTFT {_secs(t)}: {_secs(q)} queue, {_secs(t - q)} prefill"
 
 
-def queue_share(level: LevelResult) -> Optional[float]:
-    t, q = level.ttft_mean_s, level.queue_time_mean_s
+def queue_share(x: LevelResult | Sample) -> Optional[float]:
+    """Mean server queue time / mean TTFT (of a level, or of a scrape window), at most 1; None
+    when either is unknown. Above QUEUE_TTFT_SHARE the TTFT is mostly waiting."""
+    t, q = x.ttft_mean_s, x.queue_time_mean_s
     if t is None or q is None or t <= 0:
         return None
     return min(q / t, 1.0)
@@ -313,48 +315,36 @@ def ttft_dispersion_levels(levels: Sequence[LevelResult], ratio: float = TTFT_DI
             if x.valid and x.ttft_p50_s and x.ttft_p99_s is not None and x.ttft_p99_s / x.ttft_p50_s > ratio]
 
 
-def predicted_knees(kv_capacity: Optional[int], isl: int, osl: int,
-                    max_running: Optional[int] = None) -> dict:
-    """The knee bounds knowable before any load; None where the input is unknown."""
-    full = kv_capacity / (isl + osl) if kv_capacity and isl + osl > 0 else None
-    half = kv_capacity / (isl + osl / 2) if kv_capacity and isl + osl > 0 else None
-    bounds = [b for b in (full, float(max_running) if max_running else None) if b is not None]
-    return {
-        "kv_full_length": None if full is None else round(full, 2),
-        "kv_mean_length": None if half is None else round(half, 2),
-        "request_cap": max_running,
-        "predicted": round(min(bounds), 2) if bounds else None,
-    }
-
-
-def knees_summary(levels: Sequence[LevelResult], kv_capacity: Optional[int], isl: int, osl: int,
-                  max_running: Optional[int], slo_ttft_s: Optional[float] = None,
-                  slo_tpot_s: Optional[float] = None) -> dict:
-    """Every definition's value for session.json (knees={arm: summary})."""
+def knees_summary(levels: Sequence[LevelResult], predicted: Optional[PredictedKnee] = None,
+                  slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> KneesSummary:
+    """Every definition's value for one arm over its finished levels (session.json knees={arm: ...}).
+    `predicted` is the arm's predicted knee as the live session called it (analysis/predict.py)."""
     p, q = plateau_knee(levels), queueing_knee(levels)
-    qt = {str(x.offered_concurrency): (None if queue_share(x) is None else round(queue_share(x), 3))
-          for x in levels if x.valid}
     pw = power_knee(levels)
-    out = {
-        "plateau": p.concurrency, "plateau_confirmed_at_level": p.confirmed_at, "plateau_detail": p.detail,
-        "plateau_resolved": p.values.get("resolved"),
-        "queueing": q.concurrency, "queueing_confirmed_at_level": q.confirmed_at, "queueing_detail": q.detail,
-        "c_90": p.values.get("c_90"), "eta": p.values.get("eta"), "eta_upper95": p.values.get("eta_upper95"),
-        "plateau_theta": p.values.get("theta"), "plateau_point_estimate_at": p.values.get("point_estimate_at"),
-        "eta_halfwidth_median": p.values.get("eta_halfwidth_median"),
-        "output_tok_s_se": {str(x.offered_concurrency): _r(x.output_tok_s_se) for x in levels if x.valid},
-        "queueing_levels": q.values.get("queueing_levels"),
-        "queue_share_of_ttft": qt,
-        "power": {"concurrency": pw.concurrency, "power_tok_s_per_s_ttft": _r(pw.power), "confirmed": pw.confirmed},
-        "ttft_dispersion_levels": ttft_dispersion_levels(levels),
-        "predicted": predicted_knees(kv_capacity, isl, osl, max_running),
-        "invalid_levels": [x.offered_concurrency for x in levels if not x.valid],
-    }
+    out = KneesSummary(
+        plateau=p.concurrency, plateau_confirmed_at_level=p.confirmed_at, plateau_detail=p.detail,
+        plateau_resolved=p.values.get("resolved"),
+        queueing=q.concurrency, queueing_confirmed_at_level=q.confirmed_at, queueing_detail=q.detail,
+        c_90=p.values.get("c_90"), eta=p.values.get("eta"), eta_upper95=p.values.get("eta_upper95"),
+        plateau_theta=p.values.get("theta"), plateau_point_estimate_at=p.values.get("point_estimate_at"),
+        eta_halfwidth_median=p.values.get("eta_halfwidth_median"),
+        output_tok_s_se={str(x.offered_concurrency): _r(x.output_tok_s_se) for x in levels if x.valid},
+        queueing_levels=q.values.get("queueing_levels"),
+        queue_share_of_ttft={str(x.offered_concurrency): _r3(queue_share(x)) for x in levels if x.valid},
+        power=PowerKneeSummary(concurrency=pw.concurrency, power_tok_s_per_s_ttft=_r(pw.power), confirmed=pw.confirmed),
+        ttft_dispersion_levels=ttft_dispersion_levels(levels),
+        predicted=predicted,
+        invalid_levels=[x.offered_concurrency for x in levels if not x.valid],
+    )
     if slo_ttft_s is not None or slo_tpot_s is not None:
         sk = slo_knee(levels)
-        out["slo"] = {"slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "min_attainment": SLO_ATTAINMENT,
-                      "c_slo": sk.c_slo if sk else None, "c_goodput": sk.c_goodput if sk else None,
-                      "goodput_tok_s": _r(sk.goodput_tok_s) if sk else None,
-                      "goodput_confirmed": sk.goodput_confirmed if sk else False,
-                      "levels": sk.levels if sk else {}}
+        out.slo = SloSummary(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, min_attainment=SLO_ATTAINMENT,
+                             c_slo=sk.c_slo if sk else None, c_goodput=sk.c_goodput if sk else None,
+                             goodput_tok_s=_r(sk.goodput_tok_s) if sk else None,
+                             goodput_confirmed=sk.goodput_confirmed if sk else False,
+                             levels=sk.levels if sk else {})
     return out
+
+
+def _r3(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 3)

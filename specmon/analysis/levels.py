@@ -37,10 +37,9 @@ Definitions (every "unknown" is None, never 0):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from specmon.analysis.stats import mean, mean_se, percentile, rate_batches, ratio
-from specmon.load.client import RequestOutcome
 from specmon.model import LevelResult, Sample
 from specmon.sources.derive import histogram_quantile
 from specmon.sources.prom import Histogram
@@ -66,7 +65,33 @@ class Window:
         return max(self.t1 - self.t0, 0.0)
 
 
-def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestOutcome],
+class TimedRequest(Protocol):
+    """What the level statistics read of one request: load.client.RequestOutcome is one. Declared
+    here so that analysis does not depend on the load generator (load depends on analysis)."""
+
+    t_sent: Optional[float]
+    t_sent_wall: Optional[float]
+    t_end: Optional[float]
+    token_events: list[tuple[float, int]]
+    completion_tokens: Optional[int]
+    final_meta: Optional[dict[str, Any]]
+    status: str
+
+    def wall(self, perf_stamp: float) -> float:
+        ...
+
+    @property
+    def e2e(self) -> Optional[float]:
+        ...
+
+    def timed(self, scale: float) -> tuple[Optional[float], Optional[float], str]:
+        ...
+
+    def itls(self) -> list[float]:
+        ...
+
+
+def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedRequest],
                  window: Window, level_t0: float, level_t1: float, samples: Sequence[Sample],
                  scale: float = 1.0, max_running: Optional[int] = None,
                  queue_hist: Optional[Histogram] = None, slo_ttft_s: Optional[float] = None,
@@ -98,7 +123,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[RequestO
         r.output_tok_s_se = mean_se(batches)[1]
 
     # TTFT and e2e in the arm's seconds: this client's clock, or a sped-up simulator's own stamps
-    # (RequestOutcome.timed says why).
+    # (load.client RequestOutcome.timed says why).
     timed = [o.timed(scale) for o in ok_in]
     ttfts = [t for t, _, _ in timed if t is not None]
     e2es = [e for _, e, _ in timed if e is not None]

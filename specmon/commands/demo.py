@@ -7,35 +7,45 @@ from __future__ import annotations
 
 import sys
 
+from specmon.plan import replace_plan
+from specmon.wiring import run_layout
+
 
 def run(args) -> int:
-    from specmon.commands.launch import run_layout
     from specmon.servers.layout import is_sim_command, load_layout
 
     layout, warnings = load_layout(args.layout or "demo")
     for w in warnings:
         print(f"specmon: warning: {w}", file=sys.stderr)
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
-                    slo_ttft=getattr(args, "slo_ttft", None), slo_tpot=getattr(args, "slo_tpot", None),
+                    slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
     return run_layout(layout, out=args.out, headless=args.headless, interval=None, title="specmon demo")
 
 
 def apply_overrides(layout, *, levels=None, speed=None, level_duration=None, slo_ttft=None, slo_tpot=None,
                     is_sim=lambda arm: True) -> None:
+    """The command line's values in place of the layout's: the ramp plan is built anew from the
+    layout's with them and validated as a whole (a bad value is a UsageError naming the flag)."""
     if layout.ramp is not None:
-        if slo_ttft:
-            layout.ramp.slo_ttft_s = slo_ttft
-        if slo_tpot:
-            layout.ramp.slo_tpot_s = slo_tpot
-        if levels:
-            layout.ramp.levels = list(levels)
-        if level_duration:
-            layout.ramp.level_duration_s = level_duration
-            layout.ramp.requests_per_level = None
+        changes = {}
+        if slo_ttft is not None:
+            changes["slo_ttft_s"] = slo_ttft
+        if slo_tpot is not None:
+            changes["slo_tpot_s"] = slo_tpot
+        if levels is not None:
+            changes["levels"] = list(levels)
+        if level_duration is not None:
+            changes["level_duration_s"] = level_duration
+            changes["requests_per_level"] = None
             # keep a quarter of the level at least for the statistics
-            layout.ramp.settle_s = min(layout.ramp.settle_s, level_duration / 4)
-    if speed:
+            settle = layout.ramp.settle_s
+            if isinstance(level_duration, (int, float)) and level_duration > 0:
+                settle = min(settle, level_duration / 4)
+            changes["settle_s"] = settle
+        if changes:
+            layout.ramp = replace_plan(layout.ramp, **changes)
+    if speed is not None:
         for arm in layout.launched:
             if is_sim(arm):
                 arm.launch.flags["speed"] = speed

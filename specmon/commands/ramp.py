@@ -1,5 +1,6 @@
 """`specmon ramp URL... --levels 10,20,40 [...] [--headless]`: drive a closed-loop concurrency
-ramp against servers that are already running (this sends generation traffic: only when asked).
+ramp against servers that are already running (this sends generation traffic: only when asked,
+and to a server that is not on this machine only with --yes).
 
 Builds a LiveSession (scraping, recording) with a RampDriver and runs it headless or in the TUI.
 Exit 2 for bad usage or a bad dataset file (before any request is sent); 3 when no server
@@ -8,65 +9,38 @@ answered at all.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from specmon.commands.frontend import require_an_answer, run_front_end
-from specmon.errors import UsageError
 from specmon.model import RampPlan
+from specmon.plan import build_plan
+from specmon.wiring import (
+    arms_from_args, load_workload, ramp_driver, require_an_answer, require_loopback_or_yes, run_front_end,
+)
 
 
 def plan_from_args(args) -> RampPlan:
-    plan = RampPlan(levels=list(args.levels))
-    if args.input_len is not None:
-        plan.input_len = args.input_len
-    if args.output_len is not None:
-        plan.output_len = args.output_len
-    for name in ("input_len", "output_len"):
-        if getattr(plan, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')}: expected a positive token count, got {getattr(plan, name)}")
-    if args.seed is not None:
-        plan.seed = args.seed
-    if args.requests_per_level is not None:
-        if args.requests_per_level <= 0:
-            raise UsageError(f"--requests-per-level: expected a positive count, got {args.requests_per_level}")
-        plan.requests_per_level = args.requests_per_level
-        plan.level_duration_s = None
-    elif args.level_duration is not None:
-        plan.level_duration_s = args.level_duration
-    if args.settle is not None:
-        if args.settle < 0:
-            raise UsageError(f"--settle: expected seconds >= 0, got {args.settle}")
-        plan.settle_s = args.settle
-    plan.dataset, plan.category, plan.tokenizer = args.dataset, args.category, args.tokenizer
-    plan.flush_cache = bool(args.flush_cache)
-    plan.slo_ttft_s = getattr(args, "slo_ttft", None)
-    plan.slo_tpot_s = getattr(args, "slo_tpot", None)
-    return plan
+    """The plan the flags ask for, validated (UsageError naming the flag)."""
+    values = {"levels": list(args.levels), "dataset": args.dataset, "category": args.category,
+              "tokenizer": args.tokenizer, "flush_cache": bool(args.flush_cache),
+              "slo_ttft_s": args.slo_ttft, "slo_tpot_s": args.slo_tpot}
+    given = {"input_len": args.input_len, "output_len": args.output_len, "seed": args.seed,
+             "level_duration_s": args.level_duration, "requests_per_level": args.requests_per_level,
+             "settle_s": args.settle}
+    values.update({k: v for k, v in given.items() if v is not None})  # the rest: the plan's defaults
+    return build_plan(values)
 
 
 def run(args) -> int:
-    from specmon.commands.attach import arms_from_args
-    from specmon.load.ramp import RampDriver
-    from specmon.load.workload import Workload
-
     arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env)
     plan = plan_from_args(args)
-    # Read the workload first: a bad dataset is exit 2 before anything is sent.
-    workload = Workload(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer,
-                        dataset=plan.dataset, category=plan.category)
-    for warning in workload.skipped:
-        print(f"specmon: warning: skipped {warning}", file=sys.stderr)
-    if workload.skipped:
-        print(f"specmon: warning: {len(workload.skipped)} bad line(s) skipped in {plan.dataset}", file=sys.stderr)
+    require_loopback_or_yes(arms, args.yes)
+    workload = load_workload(plan)  # a bad dataset is exit 2 before anything is sent
 
     from specmon.session.live import LiveSession
-    from specmon.session.recorder import default_out_dir
 
-    ramp = RampDriver(arms, plan, workload=workload)
-    out_dir = Path(args.out) if args.out else default_out_dir()
-    live = LiveSession(arms, interval=args.interval, out_dir=out_dir, isl=plan.input_len, osl=plan.output_len,
-                       ramp=ramp, mode="ramp")
+    ramp = ramp_driver(arms, plan, workload)
+    live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
+                       isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp")
     run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
     require_an_answer(live, arms)
     return 0

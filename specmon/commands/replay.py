@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmon.commands.frontend import run_front_end
 from specmon.session.replay import ReplaySource
+from specmon.wiring import run_front_end
 
 
 def run(args) -> int:
     source = ReplaySource(Path(args.session), speed=args.speed)
     title = f"replay {Path(args.session).resolve().name}"
-    run_front_end(source, headless=getattr(args, "headless", False), title=title)
+    run_front_end(source, headless=args.headless, title=title)
     return 0

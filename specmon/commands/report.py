@@ -19,10 +19,7 @@ def run(args) -> int:
     from specmon.report.markdown import render_md
     from specmon.report.tables import build_report
 
-    if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
-        raise UsageError(f"--price-per-gpu-hour: expected a positive price in $ per GPU-hour, got {args.price_per_gpu_hour}")
-    if args.at and any(not t > 0 for t in args.at):
-        raise UsageError(f"--at: expected positive per-user tok/s values, got {args.at}")
+    # --price-per-gpu-hour and --at are finite and positive: checked as they are parsed (cli.py)
     sessions, arms = load_sessions([Path(p) for p in args.sessions])
     out = Path(args.out) if args.out else sessions[0].path / "report"
     report = build_report(sessions, arms, args.at, args.price_per_gpu_hour)

@@ -28,8 +28,13 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from specmon.errors import UsageError
+from specmon.plan import check_tokens
 
 DEFAULT_ID_LIMIT = 4000
+# Prompts kept for reuse: at most this many, and at most _CACHE_IDS token ids in all (a long
+# prompt is a list of that many ints; 4096 prompts of 1M tokens would not fit in memory).
+_CACHE_PROMPTS = 4096
+_CACHE_IDS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,11 @@ def _prompt_of(obj: Any, category: Optional[str]) -> Union[str, None, tuple[str,
 
 def load_dataset(path: str, category: Optional[str] = None) -> Dataset:
     p = Path(path)
-    if not p.is_file():
+    try:
+        found = p.is_file()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise UsageError(f"--dataset {path}: cannot use this path ({e})") from None
+    if not found:
         raise UsageError(f"--dataset {path}: file not found")
     try:
         raw = p.read_text(encoding="utf-8")
@@ -169,6 +178,10 @@ def load_dataset(path: str, category: Optional[str] = None) -> Dataset:
             whole = json.loads(raw)
         except json.JSONDecodeError as e:
             raise UsageError(f"--dataset {path}: a JSON array that does not parse (line {e.lineno}: {e.msg})")
+        except RecursionError:
+            raise UsageError(f"--dataset {path}: a JSON array nested too deeply to read") from None
+        except ValueError as e:  # e.g. an integer of more digits than Python converts
+            raise UsageError(f"--dataset {path}: a JSON array that does not parse ({e})") from None
         # One record per array element; "line" in warnings is the element's 1-based index.
         records = [(i + 1, obj) for i, obj in enumerate(whole)]
     else:
@@ -179,6 +192,10 @@ def load_dataset(path: str, category: Optional[str] = None) -> Dataset:
                 records.append((lineno, json.loads(line)))
             except json.JSONDecodeError as e:
                 ds.skipped.append(f"{path}:{lineno}: not valid JSON ({e.msg})")
+            except RecursionError:
+                ds.skipped.append(f"{path}:{lineno}: JSON nested too deeply")
+            except ValueError as e:  # e.g. an integer of more digits than Python converts
+                ds.skipped.append(f"{path}:{lineno}: not valid JSON ({e})")
     where = "item" if whole is not None else "line"
     has_turns = False
     for lineno, obj in records:
@@ -213,8 +230,10 @@ class Workload:
     def __init__(self, *, input_len: int = 1024, seed: int = 42, tokenizer: Optional[str] = None,
                  dataset: Optional[str] = None, category: Optional[str] = None,
                  id_limit: int = DEFAULT_ID_LIMIT):
-        if input_len <= 0:
-            raise UsageError(f"--input-len: expected a positive token count, got {input_len}")
+        try:
+            check_tokens(input_len)  # the plan's bound: a prompt is built as a list of input_len ids
+        except ValueError as e:
+            raise UsageError(f"--input-len: {e}") from None
         if category is not None and dataset is None:
             raise UsageError("--category: needs --dataset FILE (a SPEED-Bench JSONL)")
         self.input_len = input_len
@@ -246,7 +265,7 @@ class Workload:
             p = Prompt(text=exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit))
         else:
             p = Prompt(input_ids=random_ids(self.seed, index, self.input_len, self.id_limit))
-        if len(self._cache) < 4096:
+        if len(self._cache) < min(_CACHE_PROMPTS, max(1, _CACHE_IDS // self.input_len)):
             self._cache[index] = p
         return p
 

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from specmon.analysis.stats import mean
 from specmon.errors import UsageError
-from specmon.model import LevelResult
+from specmon.model import LevelResult, PredictedKnee
+from specmon.session.folder import SessionMeta
 from specmon.session.replay import RecordedSession, load_session
 
 CSV_FILES = ("samples.csv", "levels.csv", "requests.csv")
@@ -31,8 +32,7 @@ class ReportArm:
     gpus: int = 1
     gpus_source: str = "assumed 1"  # where the GPU count came from
     power_w: dict[int, Optional[float]] = field(default_factory=dict)  # level index -> mean gpu_power_w
-    predicted_knee: Optional[float] = None
-    predicted_detail: Optional[str] = None
+    predicted: Optional[PredictedKnee] = None  # as the live session called it
     slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
     slo_tpot_s: Optional[float] = None
 
@@ -47,7 +47,7 @@ class ReportSession:
     rec: RecordedSession
 
     @property
-    def meta(self) -> dict:
+    def meta(self) -> SessionMeta:
         return self.rec.meta
 
 
@@ -115,23 +115,21 @@ def _arm_names(rec: RecordedSession) -> list[str]:
 
 def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
     meta = s.meta
-    arm_meta = next((a for a in meta.get("arms") or [] if isinstance(a, dict) and a.get("name") == name), {})
+    arm_meta = meta.arm(name)
     levels = sorted((lv for lv in s.rec.levels if lv.arm == name),
                     key=lambda lv: (lv.level if lv.level is not None else 1 << 30, lv.offered_concurrency))
-    server_args = dict(arm_meta.get("server_args") or {})
+    server_args = dict((arm_meta.server_args if arm_meta is not None else None) or {})
     gpus, source = _gpu_count(meta, name, server_args)
-    pred = (meta.get("predicted_knees") or {}).get(name)
-    plan = meta.get("ramp_plan") if isinstance(meta.get("ramp_plan"), dict) else {}
+    plan = meta.ramp_plan or {}
     power: dict[int, list[Optional[float]]] = {}
     for smp in s.rec.samples:
         if smp.arm == name and smp.level is not None:
             power.setdefault(smp.level, []).append(smp.gpu_power_w)
     return ReportArm(
         key=key, name=name, session=s.name, levels=levels, server_args=server_args,
-        time_scale=arm_meta.get("time_scale"), gpus=gpus, gpus_source=source,
+        time_scale=arm_meta.time_scale if arm_meta is not None else None, gpus=gpus, gpus_source=source,
         power_w={lv: mean(vals) for lv, vals in power.items()},
-        predicted_knee=pred.get("concurrency") if isinstance(pred, dict) else None,
-        predicted_detail=pred.get("detail") if isinstance(pred, dict) else None,
+        predicted=meta.predicted_knees.get(name),
         slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
     )
 
@@ -140,10 +138,10 @@ def _opt_float(v: Any) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _gpu_count(meta: dict, name: str, server_args: dict) -> tuple[int, str]:
+def _gpu_count(meta: SessionMeta, name: str, server_args: dict) -> tuple[int, str]:
     """GPUs the arm ran on: the layout's `gpus:` list (launch mode) when recorded, else the server's
     tp_size when above 1 (a TP=8 server holds 8 GPUs whoever launched it), else 1."""
-    layout = meta.get("layout") or {}
+    layout = meta.layout or {}
     for a in layout.get("arms") or [] if isinstance(layout, dict) else []:
         if isinstance(a, dict) and a.get("name") == name:
             gpus = (a.get("launch") or {}).get("gpus") if isinstance(a.get("launch"), dict) else None

@@ -39,8 +39,7 @@ def _series(arm: ReportArm, metric: Metric) -> tuple[list[float], list[float]]:
 
 def _knees_of(arm: ReportArm) -> dict[str, Optional[float]]:
     k = arm_knees(arm)
-    return {"plateau": k.plateau.concurrency, "queueing": k.queueing.concurrency, "c_90": k.c_90,
-            "power": k.power.concurrency}
+    return {"plateau": k.plateau, "queueing": k.queueing, "c_90": k.c_90, "power": k.power.concurrency}
 
 
 def _mark_knees(ax, arm: ReportArm, metric: Metric) -> None:
@@ -79,8 +78,8 @@ def _vs_c(arms: Sequence[ReportArm], metric: Metric, ylabel: str, title: str, kn
             ax.plot([c for c, _ in bad], [y for _, y in bad], "x", color="grey", markersize=8, zorder=4)
         if knees:
             _mark_knees(ax, arm, metric)
-            if arm.predicted_knee is not None:
-                ax.axvline(arm.predicted_knee, color=color, linestyle=":", linewidth=1)
+            if arm.predicted is not None and arm.predicted.concurrency is not None:
+                ax.axvline(arm.predicted.concurrency, color=color, linestyle=":", linewidth=1)
     ax.set_xlabel("offered concurrency C")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

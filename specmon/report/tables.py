@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from specmon.analysis.knee import slo_sentence
-from specmon.model import LevelResult
+from specmon.analysis.knee import slo_condition, slo_sentence
+from specmon.model import KneesSummary, LevelResult, SloSummary
 from specmon.report.compare import ArmGroup, Spread, drafter_comparisons, groups
 from specmon.report.data import ReportArm, ReportSession
 from specmon.report.frontier import cost_per_million, default_targets, matched
-from specmon.report.knees import arm_knees
+from specmon.report.knees import arm_knees, within_noise
 
 
 @dataclass
@@ -79,14 +79,14 @@ def build_report(sessions: Sequence[ReportSession], arms: Sequence[ReportArm], a
 
 def session_section(s: ReportSession, arms: Sequence[ReportArm], many: bool) -> Section:
     meta = s.meta
-    host = meta.get("host") or {}
-    plan = meta.get("ramp_plan") or {}
+    host = meta.host
+    plan = meta.ramp_plan or {}
     lines = [
         f"folder: {s.path}",
-        f"date: {meta.get('start_time') or ''} to {meta.get('end_time') or ''}",
-        f"host: {host.get('hostname') or ''} ({host.get('platform') or ''})" if isinstance(host, dict) else f"host: {host}",
-        f"specmon version: {meta.get('specmon_version') or ''}; mode: {meta.get('mode') or ''}; "
-        f"exit: {meta.get('exit_reason') or ''}",
+        f"date: {meta.start_time or ''} to {meta.end_time or ''}",
+        f"host: {host.get('hostname') or ''} ({host.get('platform') or ''})",
+        f"specmon version: {meta.specmon_version or ''}; mode: {meta.mode or ''}; "
+        f"exit: {meta.exit_reason or ''}",
     ]
     if plan:
         dur = plan.get("level_duration_s")
@@ -148,7 +148,7 @@ def levels_section(arms: Sequence[ReportArm]) -> Section:
 
 def knees_section(arms: Sequence[ReportArm]) -> Section:
     knees = [(a, arm_knees(a)) for a in arms]
-    with_slo = any(k.slo_words is not None for _, k in knees)
+    with_slo = any(k.slo is not None for _, k in knees)
     headers = ["arm", "plateau (D1)", "queueing (D2)", "c_90", "power knee (X/TTFT p50)"]
     if with_slo:
         headers += ["SLO knee (C_SLO)", "goodput knee"]
@@ -157,20 +157,21 @@ def knees_section(arms: Sequence[ReportArm]) -> Section:
     for a, k in knees:
         power = "" if k.power.concurrency is None else (
             f"{k.power.concurrency}" + (" (confirmed)" if k.power.confirmed else " (not confirmed)"))
-        plateau = _knee_cell(k.plateau.concurrency, k.plateau.confirmed_at,
-                             "within the noise" if k.plateau_within_noise else None)
-        row = [a.key, plateau, _knee_cell(k.queueing.concurrency, k.queueing.confirmed_at), _s(k.c_90), power]
+        plateau = _knee_cell(k.plateau, k.plateau_confirmed_at_level,
+                             "within the noise" if within_noise(k) else None)
+        row = [a.key, plateau, _knee_cell(k.queueing, k.queueing_confirmed_at_level), _s(k.c_90), power]
         if with_slo:
             row += _slo_cells(k)
-        rows.append(row + [num(k.predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
-        lines.append(f"{a.key}: {k.plateau.detail}; {k.queueing.detail}" +
-                     (f"; predicted: {k.predicted_detail}" if k.predicted_detail else ""))
-        if k.slo_words is not None:
-            lines.append(f"{a.key}: {_slo_sentence(k)}")
+        predicted = k.predicted.concurrency if k.predicted is not None else None
+        rows.append(row + [num(predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
+        lines.append(f"{a.key}: {k.plateau_detail}; {k.queueing_detail}" +
+                     (f"; predicted: {k.predicted.detail}" if k.predicted is not None and k.predicted.detail else ""))
+        if k.slo is not None:
+            lines.append(f"{a.key}: {_slo_sentence(k.slo)}")
     notes = ["plateau and queueing are confirmed on two consecutive valid levels (peers C2 D1/D2); "
              "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
              "confirmed when it falls at the next two levels"]
-    if any(k.plateau_within_noise for _, k in knees):
+    if any(within_noise(k) for _, k in knees):
         notes.append("within the noise: the plateau's one-sided 95% bounds of eta do not settle it "
                      "(longer levels or wider steps would)")
     if with_slo:
@@ -179,21 +180,22 @@ def knees_section(arms: Sequence[ReportArm]) -> Section:
     return Section("Knees", lines, [Table(headers, rows, None, notes)])
 
 
-def _slo_cells(k) -> list[str]:
-    if k.slo_words is None:
-        return ["", ""]
+def _slo_cells(k: KneesSummary) -> list[str]:
     if k.slo is None:
+        return ["", ""]
+    if not k.slo.levels:
         return ["no level judged", ""]
     goodput = "" if k.slo.c_goodput is None else (
         f"{k.slo.c_goodput}" + (" (confirmed)" if k.slo.goodput_confirmed else " (not confirmed)"))
     return ["none met" if k.slo.c_slo is None else f"{k.slo.c_slo}", goodput]
 
 
-def _slo_sentence(k) -> str:
+def _slo_sentence(slo: SloSummary) -> str:
     """'SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=10, goodput peak C=14 (6,200 good tok/s)'."""
-    if k.slo is None:
-        return f"SLO ({k.slo_words}) not judged at any valid level"
-    return slo_sentence(k.slo_words, k.slo.c_slo, k.slo.c_goodput, k.slo.goodput_confirmed, k.slo.goodput_tok_s)
+    words = slo_condition(slo.slo_ttft_s, slo.slo_tpot_s)
+    if not slo.levels:
+        return f"SLO ({words}) not judged at any valid level"
+    return slo_sentence(words, slo.c_slo, slo.c_goodput, slo.goodput_confirmed, slo.goodput_tok_s)
 
 
 def _knee_cell(c, confirmed_at, note: Optional[str] = None) -> str:

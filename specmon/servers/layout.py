@@ -31,16 +31,18 @@ Schema (every key optional unless marked):
           host: str                 # default 127.0.0.1
           command: [str, ...]       # per-arm replacement of the server command
           startup_timeout_s: float
-    ramp:                           # absent: watch only
+    ramp:                           # absent: watch only; validated as specmon.plan.RampPlan
       levels: [int, ...]            # required in a ramp
       input_len, output_len, seed, dataset, category, tokenizer,
       level_duration_s | requests_per_level, settle_s, restart_between_levels, flush_cache, timeout_s,
       slo_ttft_s, slo_tpot_s        # optional SLOs (seconds): SLO attainment and goodput knees
-    panes: [str, ...]               # which panes show (see PANES), default all
+                                    # (the bounds of each key are in specmon/plan.py)
+    panes: [str, ...]               # which panes show (specmon/panes.py), default all
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -51,11 +53,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specmon.errors import UsageError
-from specmon.model import ArmSpec, RampPlan
+from specmon.model import ArmSpec
+from specmon.panes import PANES
+from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, RampPlan, error_text
+from specmon.urls import normalize_url
 
 SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
 COMMAND_ENV = "SPECMON_SGLANG_COMMAND"
-PANES = ("arms", "kv", "queue", "throughput", "accept", "ttft", "gpu", "levels", "knee", "log")
 
 # Choices of SGLang 0.5.10's launch_server (sglang-observability.md section 5); a wrong one is an
 # argparse error that costs a full Python+torch import to discover.
@@ -102,7 +106,7 @@ class LaunchSpec(_Strict):
     port: Optional[int] = Field(default=None, ge=1, le=65535)
     host: str = "127.0.0.1"
     command: Optional[list[str]] = None
-    startup_timeout_s: Optional[float] = Field(default=None, gt=0)
+    startup_timeout_s: Optional[float] = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     @field_validator("flags")
     @classmethod
@@ -177,9 +181,7 @@ class ArmLayout(_Strict):
     @field_validator("attach")
     @classmethod
     def _attach(cls, url: Optional[str]) -> Optional[str]:
-        if url is not None and not re.match(r"^https?://[^/\s:]+(:\d{1,5})?(/\S*)?$", url):
-            raise ValueError(f"expected a URL like http://127.0.0.1:30000, got {url!r}")
-        return url.rstrip("/") if url else url
+        return None if url is None else normalize_url(url)  # ValueError: what was expected
 
     @field_validator("api_key_env")
     @classmethod
@@ -195,64 +197,14 @@ class ArmLayout(_Strict):
         return self
 
 
-class RampLayout(_Strict):
-    levels: list[int]
-    input_len: int = Field(default=1024, gt=0)
-    output_len: int = Field(default=256, gt=0)
-    level_duration_s: Optional[float] = Field(default=None, gt=0)
-    requests_per_level: Optional[int] = Field(default=None, gt=0)
-    settle_s: float = Field(default=5.0, ge=0)
-    seed: int = 42
-    dataset: Optional[str] = None
-    category: Optional[str] = None
-    tokenizer: Optional[str] = None
-    flush_cache: bool = False
-    restart_between_levels: bool = False
-    timeout_s: float = Field(default=600.0, gt=0)
-    slo_ttft_s: Optional[float] = Field(default=None, gt=0)
-    slo_tpot_s: Optional[float] = Field(default=None, gt=0)
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, levels: list[int]) -> list[int]:
-        if not levels or any(c <= 0 for c in levels):
-            raise ValueError(f"expected a non-empty list of positive concurrency levels, got {levels!r}")
-        return levels
-
-    @field_validator("category")
-    @classmethod
-    def _category(cls, category: Optional[str]) -> Optional[str]:
-        if category is not None and category not in ("low_entropy", "mixed", "high_entropy"):
-            raise ValueError(f"expected low_entropy, mixed or high_entropy, got {category!r}")
-        return category
-
-    @model_validator(mode="after")
-    def _one_length(self) -> "RampLayout":
-        if self.level_duration_s is not None and self.requests_per_level is not None:
-            raise ValueError("expected level_duration_s or requests_per_level, not both")
-        if self.level_duration_s is None and self.requests_per_level is None:
-            self.level_duration_s = 60.0
-        return self
-
-    def plan(self) -> RampPlan:
-        return RampPlan(
-            levels=list(self.levels), input_len=self.input_len, output_len=self.output_len,
-            level_duration_s=self.level_duration_s, requests_per_level=self.requests_per_level,
-            settle_s=self.settle_s, seed=self.seed, dataset=self.dataset, category=self.category,
-            tokenizer=self.tokenizer, flush_cache=self.flush_cache,
-            restart_between_levels=self.restart_between_levels, timeout_s=self.timeout_s,
-            slo_ttft_s=self.slo_ttft_s, slo_tpot_s=self.slo_tpot_s,
-        )
-
-
 class Layout(_Strict):
     name: Optional[str] = None
     description: Optional[str] = None
     command: Optional[list[str]] = None
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    interval_s: float = Field(default=1.0, gt=0)
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    interval_s: float = Field(default=1.0, gt=0, le=MAX_INTERVAL_S, allow_inf_nan=False)
     arms: list[ArmLayout]
-    ramp: Optional[RampLayout] = None
+    ramp: Optional[RampPlan] = None
     panes: Optional[list[str]] = None
     # Where the file was read from (set by load_layout; relative dataset paths resolve against it).
     source: Optional[str] = Field(default=None, exclude=True)
@@ -308,14 +260,15 @@ class Layout(_Strict):
         return [ArmSpec(name=a.name, url=a.attach, api_key_env=a.api_key_env) for a in self.arms if a.attach]
 
     def plan(self) -> Optional[RampPlan]:
+        """The ramp plan (a copy), its dataset path resolved against the layout file's folder."""
         if self.ramp is None:
             return None
-        plan = self.ramp.plan()
-        if plan.dataset and self.source and not Path(plan.dataset).is_absolute():
-            candidate = Path(self.source).parent / plan.dataset
+        dataset = self.ramp.dataset
+        if dataset and self.source and not Path(dataset).is_absolute():
+            candidate = Path(self.source).parent / dataset
             if candidate.exists():
-                plan.dataset = str(candidate)
-        return plan
+                dataset = str(candidate)
+        return dataclasses.replace(self.ramp, dataset=dataset)
 
 
 def is_sim_command(command: list[str]) -> bool:
@@ -465,17 +418,6 @@ def _kind(value: Any) -> str:
         type(value), type(value).__name__)
 
 
-_EXPECTED = {
-    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
-    "float_parsing": "expected a number", "float_type": "expected a number",
-    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
-    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
-    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
-    "missing": "required key is missing",
-    "finite_number": "expected a finite number",
-}
-
-
 def _where(loc: tuple) -> str:
     out = ""
     for part in loc:
@@ -488,32 +430,18 @@ def _where(loc: tuple) -> str:
 
 def _first_error(e: ValidationError) -> str:
     err = e.errors(include_url=False)[0]
-    loc, kind, value = tuple(err.get("loc", ())), err.get("type", ""), err.get("input")
+    loc, kind = tuple(err.get("loc", ())), err.get("type", "")
     where = _where(loc)
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         allowed = _allowed_keys(loc[:-1])
         hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
         return f"{where}: unknown key{hint}"
-    if kind == "value_error":
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        return f"{where}: {msg}"
-    expected = _EXPECTED.get(kind)
-    if expected is None:
-        ctx = err.get("ctx") or {}
-        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
-                  "less_than_equal": "<= {le}"}
-        if kind in bounds:
-            expected = "expected a value " + bounds[kind].format(**ctx)
-        else:
-            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
-    if kind == "missing":
-        return f"{where}: {expected}"
-    return f"{where}: {expected}, got {_short(value)}"
+    return f"{where}: {error_text(err)}"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _fields(model: Any) -> Optional[dict[str, Any]]:
+    """A pydantic model's or pydantic dataclass's fields (None for anything else)."""
+    return getattr(model, "model_fields", None) or getattr(model, "__pydantic_fields__", None)
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -521,18 +449,20 @@ def _allowed_keys(loc: tuple) -> list[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        fields = _fields(model)
+        field = fields.get(part) if fields else None
         if field is None:
             return []
         model = _model_of(field.annotation)
         if model is None:
             return []
-    return [k for k in model.model_fields if k != "source"] if hasattr(model, "model_fields") else []
+    fields = _fields(model)
+    return [k for k in fields if k != "source"] if fields else []
 
 
 def _model_of(annotation: Any) -> Any:
     args = getattr(annotation, "__args__", None)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if isinstance(annotation, type) and (issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)):
         return annotation
     for a in args or ():
         found = _model_of(a)

@@ -1,36 +1,44 @@
 """LiveSession: the one orchestrator behind both front ends (Textual app and headless printer).
 
 Every tick (default 1 s) it scrapes all arms concurrently, reads NVML and psutil in a worker
-thread, records one samples.csv row per arm and emits one SamplesTick for all arms. A scrape
-that has not answered by the tick's deadline does not hold the tick back: that arm gets a
-"timeout" Sample for this tick, and the scrape's answer, when it comes, is used on a later
-tick. Optional parts plug in duck-typed:
-- supervisor (launch mode): `await supervisor.start(emit)` first, `.arms` gives the arms,
-  `await supervisor.restart(emit)` between levels if the ramp plan asks, `supervisor.stop()` at the end;
-- ramp (LOAD's RampDriver): `await ramp.run(emit, self)` runs alongside; when it returns the
-  session ends (unless keep_watching), and pause()/resume()/skip_level() are forwarded to it.
+thread and emits one SamplesTick for all arms. A scrape that has not answered by the tick's
+deadline does not hold the tick back: that arm gets a "timeout" Sample for this tick, and the
+scrape's answer, when it comes, is used on a later tick. A scrape that fails in any way is that
+arm's state for the tick, never the session's end.
+
+Everything the session learns leaves it as an event, through one emit: the session folder's
+writer (folder.py) first, then the front end (`fan_out`). Typed parts plug in:
+- supervisor (launch mode, source.Supervision): started first, restarted between levels when
+  the ramp plan asks, stopped at the end;
+- ramp (ramp.RampDriver): runs alongside through the RampHost view of this session; when it
+  returns the session ends (unless keep_watching).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
-    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot, HostReading, Marker, Sample,
-    SamplesTick, SessionEnded,
+    ArmInfo, ArmInfoUpdated, ArmSpec, GpuSnapshot, HostReading, LaunchContext, Marker, PredictedKnee, Sample,
+    SamplesTick, SessionEnded, SessionStarted,
 )
-from specmon.session.recorder import Recorder, default_out_dir, public_url
+from specmon.session.folder import RecordingError, SessionWriter, default_out_dir
+from specmon.session.source import Emit, Supervision, fan_out
 from specmon.sources.host import HostCollector
-from specmon.sources.predict import predicted_knee
+from specmon.sources.nvml import NvmlReader
+from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.sglang import ArmCollector
 
-Emit = Callable[[Event], None]
+if TYPE_CHECKING:
+    from specmon.session.ramp import RampDriver
+
+# The in-memory history the ramp reads its level windows from; the CSVs hold everything.
+SAMPLES_KEPT = 4 * 3600
 
 
 class LiveSession:
@@ -42,15 +50,17 @@ class LiveSession:
         out_dir: Optional[Path] = None,
         isl: int = 1024,
         osl: int = 256,
-        ramp: Any = None,
-        supervisor: Any = None,
+        ramp: Optional["RampDriver"] = None,
+        supervisor: Optional[Supervision] = None,
         gpu_indices: Optional[Mapping[str, Sequence[int]]] = None,
         window_s: float = 30.0,
         scrape_timeout_s: Optional[float] = None,
-        nvml: Any = None,
+        nvml: Optional[NvmlReader] = None,
         keep_watching: bool = False,
         record: bool = True,
         mode: str = "attach",
+        launch: Optional[LaunchContext] = None,
+        panes: Optional[Sequence[str]] = None,
     ):
         self.arms = list(arms)
         self.interval = interval
@@ -64,16 +74,19 @@ class LiveSession:
         self.scrape_timeout_s = scrape_timeout_s or max(2.0, 3 * interval)
         self.keep_watching = keep_watching
         self.mode = mode
-        self.recorder: Optional[Recorder] = Recorder(self.out_dir) if record else None
+        self.mode_label = "live"
+        self.launch = launch
+        self.panes = list(panes) if panes is not None else None
+        self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
         self._collectors: dict[str, ArmCollector] = {}
         self._inflight: dict[str, asyncio.Task] = {}
         self._info_seen: dict[str, int] = {}
-        self._knee_called: set[str] = set()
+        self._predicted: dict[str, PredictedKnee] = {}
         self._samples: dict[str, deque[Sample]] = {}
         self._level: Optional[int] = None
         self._offered: Optional[int] = None
-        self._emit: Emit = lambda e: None
+        self._emit: Emit = self.writer if self.writer is not None else (lambda e: None)
         self._host: Optional[HostCollector] = None
         self.last_tick: Optional[SamplesTick] = None
         self.ticks = 0
@@ -91,41 +104,51 @@ class LiveSession:
         c = self._collectors.get(arm)
         return c.info if c else None
 
-    def collector(self, arm: str) -> Optional[ArmCollector]:
-        return self._collectors.get(arm)
+    def newest_metrics(self, arm: str) -> Optional[MetricsSnapshot]:
+        c = self._collectors.get(arm)
+        return c.window.newest if c is not None else None
 
-    async def between_levels(self, level_index: int) -> None:
-        plan = getattr(self.ramp, "plan", None)
-        if self.supervisor is not None and getattr(plan, "restart_between_levels", False):
+    def predicted(self, arm: str) -> Optional[PredictedKnee]:
+        return self._predicted.get(arm)
+
+    def never_answered(self) -> list[tuple[ArmSpec, str]]:
+        """The arms whose server never answered a scrape, each with the last reason."""
+        return [(c.spec, c.last_reason or c.last_state) for c in self._collectors.values() if not c.ever_up]
+
+    async def between_levels(self, level_index: int, restart: bool) -> None:
+        if self.supervisor is not None and restart:
             await self.supervisor.restart(self._emit)
 
     def mark(self, label: str) -> None:
-        ts = time.time()
-        if self.recorder:
-            self.recorder.write_marker(label, ts)
-        self._emit(Marker(label=label, ts=ts))
+        self._emit(Marker(label=label, ts=time.time()))
 
-    def pause_ramp(self) -> None:
-        if self.ramp is not None and hasattr(self.ramp, "pause"):
+    def pause_ramp(self) -> bool:
+        if self.ramp is not None:
             self.ramp.pause()
+        return self.ramp is not None
 
-    def resume_ramp(self) -> None:
-        if self.ramp is not None and hasattr(self.ramp, "resume"):
+    def resume_ramp(self) -> bool:
+        if self.ramp is not None:
             self.ramp.resume()
+        return self.ramp is not None
 
-    def skip_level(self) -> None:
-        if self.ramp is not None and hasattr(self.ramp, "skip_level"):
+    def skip_level(self) -> bool:
+        if self.ramp is not None:
             self.ramp.skip_level()
+        return self.ramp is not None
 
     # ---- the loop -----------------------------------------------------------------------------
     async def run(self, emit: Emit, stop: asyncio.Event) -> str:
-        self._emit = emit
+        emit = self._emit = fan_out(self.writer, emit)
         reason = "stopped"
         ramp_task: Optional[asyncio.Task] = None
         try:
+            arms = self.supervisor.arms if self.supervisor is not None else self.arms
+            emit(SessionStarted(mode=self.mode, arms=list(arms), interval_s=self.interval, isl=self.isl,
+                                osl=self.osl, launch=self.launch, panes=self.panes))
             if self.supervisor is not None:
                 # Startup can take minutes (weights, CUDA graphs): a stop (q, Ctrl-C, SIGTERM) must not wait for it.
-                starting = asyncio.ensure_future(_maybe_await(self.supervisor.start(emit)))
+                starting = asyncio.ensure_future(self.supervisor.start(emit))
                 stopping = asyncio.create_task(stop.wait())
                 await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
@@ -135,14 +158,10 @@ class LiveSession:
                     reason = self.stop_reason or "stopped during startup"
                     return reason
                 starting.result()
-                self.arms = list(getattr(self.supervisor, "arms", self.arms))
+                self.arms = list(self.supervisor.arms)
             self._start_collectors()
-            self._write_session_arms()
             if self.ramp is not None:
-                plan = getattr(self.ramp, "plan", None)
-                if self.recorder and plan is not None:
-                    self.recorder.update_session(ramp_plan=_plain(plan))
-                ramp_task = asyncio.create_task(self._run_ramp(emit))
+                ramp_task = asyncio.create_task(self.ramp.run(emit, self))
             reason = await self._tick_loop(emit, stop, ramp_task)
         except asyncio.CancelledError:
             reason = "cancelled"
@@ -160,27 +179,20 @@ class LiveSession:
                     self.supervisor.stop()
                 except Exception:
                     pass
-            if self.recorder:
-                self.recorder.close(reason)
             try:
                 emit(SessionEnded(reason=reason))
             except Exception:
                 pass
         return reason
 
-    async def _run_ramp(self, emit: Emit) -> str:
-        return await self.ramp.run(emit, self)
-
     def _start_collectors(self) -> None:
         for spec in self.arms:
             self._collectors[spec.name] = ArmCollector(
                 spec, timeout_s=self.scrape_timeout_s, window_s=self.window_s,
                 retry_min_s=self.interval, retry_max_s=max(8 * self.interval, 2.0))
-            self._samples[spec.name] = deque(maxlen=200_000)
+            self._samples[spec.name] = deque(maxlen=SAMPLES_KEPT)
         self._host = HostCollector(self.arms)
         if self._nvml is None:
-            from specmon.sources.nvml import NvmlReader
-
             self._nvml = NvmlReader()
 
     async def _close_collectors(self) -> None:
@@ -190,7 +202,7 @@ class LiveSession:
         self._inflight.clear()
         for c in self._collectors.values():
             await c.aclose()
-        if self._nvml is not None and hasattr(self._nvml, "close"):
+        if self._nvml is not None:
             self._nvml.close()
 
     async def _tick_loop(self, emit: Emit, stop: asyncio.Event, ramp_task: Optional[asyncio.Task]) -> str:
@@ -200,6 +212,8 @@ class LiveSession:
             # The first tick also fetches /server_info (a large JSON): give it more time.
             deadline = self.interval * 0.8 if self.ticks else max(self.interval * 0.8, min(2.0, self.scrape_timeout_s))
             await self.tick(emit, deadline_s=deadline)
+            if self.writer is not None and self.writer.error is not None:
+                raise RecordingError(self.writer.error)
             if ramp_task is not None and ramp_task.done() and not self.keep_watching:
                 exc = ramp_task.exception()
                 if exc is not None:
@@ -240,22 +254,18 @@ class LiveSession:
             t = self._inflight[spec.name]
             if t.done():
                 del self._inflight[spec.name]
-                s = t.result()
+                s = _scrape_result(t, c, ts)
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
                            reason=f"no answer from {c.base} yet (scrape running for {time.time() - ts:.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
             s.ts = ts
-            if self.supervisor is not None and hasattr(self.supervisor, "fill_from_log"):
+            if self.supervisor is not None:
                 self.supervisor.fill_from_log(s)  # launch mode: the server's log lines fill what the scrape lacks
             s.level, s.offered_concurrency = self._level, self._offered
             self._attach_machine(s, gpus, per_arm.get(spec.name), c)
             samples.append(s)
             self._samples[spec.name].append(s)
-            if self.recorder:
-                self.recorder.write_sample(s)
-        if self.recorder and gpus is not None:
-            self.recorder.write_gpus(gpus, ts=ts)
         tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts)
         self.last_tick = tick
         emit(tick)
@@ -292,47 +302,25 @@ class LiveSession:
                 continue
             self._info_seen[name] = c.info_version
             emit(ArmInfoUpdated(arm=name, info=c.info, source=c.mode))
-            self._write_session_arms()
-            if name not in self._knee_called:
-                knee = predicted_knee(name, c.info, self.isl, self.osl, c.last_new_token_ratio)
+            if name not in self._predicted:
+                knee = predict_knee(c.info, self.isl, self.osl, c.last_new_token_ratio)
                 if knee is not None:
-                    self._knee_called.add(name)
-                    emit(knee)
-                    if self.recorder:
-                        self.recorder.update_session(predicted_knees={
-                            **self.recorder.session.get("predicted_knees", {}),
-                            name: {"concurrency": knee.concurrency, "detail": knee.detail,
-                                   "isl": self.isl, "osl": self.osl}})
-
-    def _write_session_arms(self) -> None:
-        if not self.recorder:
-            return
-        arms = []
-        for spec in self.arms:
-            c = self._collectors.get(spec.name)
-            info = c.info if c else None
-            arms.append({
-                "name": spec.name, "url": public_url(spec.url), "launched": spec.launched,
-                "api_key_env": spec.api_key_env,
-                "version": info.version if info else None,
-                "time_scale": info.time_scale if info else None,
-                "server_args": info.server_args() if info else None,
-            })
-        self.recorder.update_session(arms=arms, mode=self.mode, interval_s=self.interval)
+                    self._predicted[name] = knee
+                    emit(predicted_knee_event(name, knee))
 
 
-def _sum(values: list) -> Any:
+def _scrape_result(t: asyncio.Task, c: ArmCollector, ts: float) -> Sample:
+    """The scrape's Sample; a scrape that raised (it should not) is that arm's error, not the session's."""
+    if t.cancelled():
+        return Sample(ts=ts, arm=c.spec.name, up=False, state="error", reason="scrape cancelled")
+    exc = t.exception()
+    if exc is None:
+        return t.result()
+    return Sample(ts=ts, arm=c.spec.name, up=False, state="error",
+                  reason=f"scrape failed: {type(exc).__name__}: {exc}"[:300],
+                  spec_enabled=c.info.speculative if c.info else None)
+
+
+def _sum(values: list) -> Optional[float]:
     known = [v for v in values if v is not None]
     return sum(known) if known and len(known) == len(values) else None
-
-
-def _plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)
-
-
-async def _maybe_await(v: Any) -> Any:
-    if inspect.isawaitable(v):
-        return await v
-    return v

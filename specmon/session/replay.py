@@ -1,13 +1,15 @@
 """Play a recorded session folder back as the Events the live session emitted.
 
-`ReplaySource(dir, speed)` has the LiveSession's `run(emit, stop)` shape, so the TUI and the
-headless printer play it unchanged (Dolphie's record/replay through the same panels). What the
-recorder did not keep is rebuilt from what it did: level boundaries from the `level` column of
-samples.csv, progress from requests.csv completions, knees from levels.csv's `knee` column and
-session.json's `predicted_knees`, and each LevelFinished's knees summary by the ramp's own
-function (analysis.knee.knees_summary) over the levels.csv rows finished so far, with the SLOs
-of session.json's ramp_plan (session.json keeps only the last level's summary). Host GPU snapshots and server log lines are not recorded, so
-a replay has neither.
+`ReplaySource(dir, speed)` is a source.SessionSource like the LiveSession, so the TUI and the
+headless printer play it unchanged (Dolphie's record/replay through the same panels).
+
+A folder with an event log (events.jsonl, written since the event stream became the only data
+path) replays exactly the events that were emitted, in their order: replay is the inverse of
+recording. Older folders have only the CSVs and session.json; for them the events are rebuilt
+from what was kept: level boundaries from the `level` column of samples.csv, progress from
+requests.csv completions, knees from levels.csv's `knee` column and session.json, and each
+LevelFinished's knees by the ramp's own function over the levels finished so far. Such a
+rebuilt replay has no server log lines or host readings.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -23,42 +24,46 @@ from typing import Any, Callable, Optional
 from specmon.analysis.knee import knees_summary
 from specmon.errors import UsageError
 from specmon.model import (
-    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, LevelFinished, LevelProgress, LevelResult,
-    LevelStarted, Marker, RampFinished, Sample, SamplesTick, SessionEnded,
+    ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, LevelFinished,
+    LevelProgress, LevelResult, LevelStarted, Marker, PredictedKnee, RampFinished, Sample, SamplesTick,
+    SessionEnded, SessionStarted,
 )
+from specmon.session import codec
+from specmon.session.folder import EVENTS_FILE, SessionMeta, read_meta
+from specmon.session.source import Emit
 
-Emit = Callable[[Event], None]
-EPS = 1e-4  # orders a level's start just before its first tick and its end just after its last
+EPS = 1e-4  # (older folders) orders a level's start just before its first tick and its end just after its last
 
 
 # --------------------------------------------------------------------------------------------
 # Reading the folder
 
 
-def _parser(annotation: str) -> Callable[[str], Any]:
-    """A cell parser from the dataclass field's annotation (a string under `from __future__`)."""
-    if "bool" in annotation:
-        return lambda v: v.strip().lower() in ("1", "true", "yes")
-    if "int" in annotation:
-        return lambda v: int(float(v))
-    if "float" in annotation:
-        return float
-    return str
+def _from_row(cls: type, row: dict[str, Optional[str]], where: str) -> Any:
+    try:
+        return codec.from_row(cls, row)
+    except codec.CellError as e:
+        raise UsageError(f"{where}: {e}") from None
 
 
-def _from_row(cls: type, row: dict[str, str], where: str) -> Any:
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in row or row[f.name] is None:
+def read_event_log(path: Path) -> list[Event]:
+    """events.jsonl back into events. A torn last line (the process was killed mid-write) is
+    dropped; any other bad line is one clear error naming the file and line."""
+    types_by_name = codec.event_types()
+    events: list[Event] = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+        if not line.strip():
             continue
-        cell = row[f.name].strip()
-        if cell == "":
-            continue  # unknown stays unknown (the field's default, None for every measurement)
         try:
-            kwargs[f.name] = _parser(str(f.type))(cell)
-        except ValueError:
-            raise UsageError(f"{where}: column {f.name!r}: expected a {f.type} value, got {cell!r}")
-    return cls(**kwargs)
+            events.append(codec.decode_event(line, types_by_name))
+        except (codec.EventDecodeError, TypeError, KeyError, ValueError) as e:
+            if i == last:
+                break  # no newline yet: the line was being written when the recording stopped
+            raise UsageError(f"{path}:{i + 1}: expected a specmon event ({e})") from None
+    return events
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
@@ -85,7 +90,7 @@ def _arm_info(args: Optional[dict], time_scale: Optional[float]) -> Optional[Arm
 @dataclasses.dataclass
 class RecordedSession:
     path: Path
-    meta: dict
+    meta: SessionMeta
     arms: list[ArmSpec]
     samples: list[Sample]
     markers: list[Marker]
@@ -96,17 +101,7 @@ class RecordedSession:
 
 def load_session(path: Path) -> RecordedSession:
     path = Path(path)
-    meta_path = path / "session.json"
-    if not path.is_dir():
-        raise UsageError(f"{path}: not a directory; expected a specmon session folder")
-    if not meta_path.exists():
-        raise UsageError(f"{meta_path}: missing; expected a specmon session folder (session.json, samples.csv)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{meta_path}: not valid JSON ({e})")
-    if not isinstance(meta, dict):
-        raise UsageError(f"{meta_path}: expected a JSON object")
+    meta = read_meta(path)
 
     samples: list[Sample] = []
     markers: list[Marker] = []
@@ -121,14 +116,13 @@ def load_session(path: Path) -> RecordedSession:
 
     levels = [_from_row(LevelResult, row, f"{path / 'levels.csv'}:{i}")
               for i, row in enumerate(_read_csv(path / "levels.csv", ("arm", "offered_concurrency")), start=2)]
-    plan_levels = list((meta.get("ramp_plan") or {}).get("levels") or [])
+    plan_levels = list((meta.ramp_plan or {}).get("levels") or [])
     for r in levels:  # older rows without a `level` cell: place them by their concurrency
         if r.level is None and r.offered_concurrency in plan_levels:
             r.level = plan_levels.index(r.offered_concurrency)
 
     # Client durations were recorded in the arm's time (x time_scale for a sped-up sim): back to wall.
-    scales = {a.get("name"): float(a.get("time_scale") or 1.0)
-              for a in meta.get("arms") or [] if isinstance(a, dict)}
+    scales = {a.name: float(a.time_scale or 1.0) for a in meta.arms}
     ends: dict[tuple[str, int], list[float]] = defaultdict(list)
     for row in _read_csv(path / "requests.csv", ("arm", "level", "t_start")):
         if not (row.get("e2e_s") or "").strip():
@@ -143,10 +137,7 @@ def load_session(path: Path) -> RecordedSession:
     for v in ends.values():
         v.sort()
 
-    arms = []
-    for a in meta.get("arms") or []:
-        if isinstance(a, dict) and a.get("name"):
-            arms.append(ArmSpec(name=a["name"], url=a.get("url") or "", launched=bool(a.get("launched"))))
+    arms = [ArmSpec(name=a.name, url=a.url or "", launched=a.launched) for a in meta.arms if a.name]
     for s in samples:  # arms that only appear in samples.csv
         if s.arm not in {a.name for a in arms}:
             arms.append(ArmSpec(name=s.arm, url=""))
@@ -197,21 +188,20 @@ def _load_gpus(path: Path) -> dict[float, GpuSnapshot]:
 
 
 def build_events(rec: RecordedSession) -> list[Event]:
+    """The events of a folder recorded before the event log existed, rebuilt from its files."""
     meta = rec.meta
-    first_ts = rec.samples[0].ts if rec.samples else float(meta.get("start_ts") or 0.0)
-    start = min(first_ts, float(meta.get("start_ts") or first_ts)) - 10 * EPS
+    first_ts = rec.samples[0].ts if rec.samples else float(meta.start_ts or 0.0)
+    start = min(first_ts, float(meta.start_ts or first_ts)) - 10 * EPS
     events: list[Event] = []
 
-    arm_meta = {a.get("name"): a for a in meta.get("arms") or [] if isinstance(a, dict)}
     for spec in rec.arms:
-        info = _arm_info((arm_meta.get(spec.name) or {}).get("server_args"),
-                         (arm_meta.get(spec.name) or {}).get("time_scale"))
+        a = meta.arm(spec.name)
+        info = _arm_info(a.server_args, a.time_scale) if a is not None else None
         if info is not None:
             events.append(ArmInfoUpdated(arm=spec.name, info=info, ts=start))
-    for name, k in (meta.get("predicted_knees") or {}).items():
-        if isinstance(k, dict):
-            events.append(KneeCalled(arm=name, definition="predicted", concurrency=k.get("concurrency"),
-                                     detail=k.get("detail") or "", ts=start))
+    for name, pk in meta.predicted_knees.items():
+        events.append(KneeCalled(arm=name, definition="predicted", concurrency=pk.concurrency,
+                                 detail=pk.detail or "", predicted=pk, ts=start))
 
     # Ticks: the recorder writes one row per arm per tick, in order; a tick ends where an arm repeats.
     ticks: list[list[Sample]] = []
@@ -220,9 +210,9 @@ def build_events(rec: RecordedSession) -> list[Event]:
             ticks.append([])
         ticks[-1].append(s)
 
-    plan = meta.get("ramp_plan") or {}
+    plan = meta.ramp_plan or {}
     # The ramp reports level time in the arms' time (the sim's --speed), as LevelProgress did live.
-    scale = max([float(a.get("time_scale") or 1.0) for a in arm_meta.values()] or [1.0])
+    scale = max([float(a.time_scale or 1.0) for a in meta.arms] or [1.0])
     planned_s = plan.get("level_duration_s")
     levels_total = len(plan.get("levels") or []) or None
     results_by_level: dict[int, list[LevelResult]] = defaultdict(list)
@@ -232,13 +222,11 @@ def build_events(rec: RecordedSession) -> list[Event]:
     if levels_total is None and results_by_level:
         levels_total = max(results_by_level) + 1
 
-    recorded_knees = meta.get("knees") or {}
+    recorded_knees = meta.knees
     finished: dict[str, list[LevelResult]] = defaultdict(list)
 
     def summary(arm: str) -> dict:
-        args = (arm_meta.get(arm) or {}).get("server_args") or {}
-        return knees_summary(finished[arm], args.get("kv_capacity_tokens"), plan.get("input_len") or 0,
-                             plan.get("output_len") or 0, args.get("max_running_requests"),
+        return knees_summary(finished[arm], meta.predicted_knees.get(arm),
                              slo_ttft_s=plan.get("slo_ttft_s"), slo_tpot_s=plan.get("slo_tpot_s"))
 
     def finish(level: int, ts: float) -> None:
@@ -250,15 +238,17 @@ def build_events(rec: RecordedSession) -> list[Event]:
         for r in results:
             # session.json has every definition confirmed at this level with its knee (the level
             # that still paid, not the confirming one); levels.csv labels only the first.
-            k = recorded_knees.get(r.arm) or {}
-            calls = [(d, k.get(d), k.get(f"{d}_detail")) for d in ("plateau", "queueing")
-                     if k.get(f"{d}_confirmed_at_level") == level]
+            k = recorded_knees.get(r.arm)
+            calls = [] if k is None else [
+                (d, getattr(k, d), getattr(k, f"{d}_detail")) for d in ("plateau", "queueing")
+                if getattr(k, f"{d}_confirmed_at_level") == level]
             if not calls and r.knee:  # older sessions: only the label
                 calls = [(r.knee, r.offered_concurrency, f"confirmed at level {level + 1}")]
             for definition, concurrency, detail in calls:
                 resolved = None
                 if definition == "plateau":  # recorded since plateau_resolved existed, else recomputed
-                    resolved = k["plateau_resolved"] if "plateau_resolved" in k else knees[r.arm].get("plateau_resolved")
+                    resolved = (k.plateau_resolved if k is not None and k.plateau_resolved is not None
+                                else knees[r.arm].plateau_resolved)
                 events.append(KneeCalled(arm=r.arm, definition=definition, concurrency=concurrency,
                                          detail=detail or "", resolved=resolved, ts=ts))
 
@@ -293,8 +283,8 @@ def build_events(rec: RecordedSession) -> list[Event]:
     if rec.levels:
         events.append(RampFinished(reason="done", ts=last_ts + 2 * EPS))
     events.extend(rec.markers)
-    end_ts = max(float(meta.get("end_ts") or last_ts), last_ts) + 3 * EPS
-    events.append(SessionEnded(reason=meta.get("exit_reason") or "recording ended", ts=end_ts))
+    end_ts = max(float(meta.end_ts or last_ts), last_ts) + 3 * EPS
+    events.append(SessionEnded(reason=meta.exit_reason or "recording ended", ts=end_ts))
     events.sort(key=lambda e: e.ts)  # stable: same-ts events keep their construction order
     return events
 
@@ -315,12 +305,22 @@ class ReplaySource:
     def __init__(self, session_dir: Path | str, speed: float = 1.0) -> None:
         if speed <= 0:
             raise UsageError(f"--speed: expected a positive number, got {speed}")
-        self.session = load_session(Path(session_dir))
-        self.events = build_events(self.session)
+        folder = Path(session_dir)
+        log = folder / EVENTS_FILE
+        if log.exists() and (folder / "session.json").exists():
+            self.events = read_event_log(log)
+            started = next((e for e in self.events if isinstance(e, SessionStarted)), None)
+            self.arms: list[ArmSpec] = list(started.arms) if started is not None else []
+        else:
+            session = load_session(folder)
+            self.events = build_events(session)
+            self.arms = session.arms
+        if not self.events:
+            raise UsageError(f"{folder}: no events recorded; nothing to replay")
         self.speed = speed
-        self.arms = self.session.arms
-        self.out_dir = self.session.path
+        self.out_dir: Optional[Path] = folder
         self.mode_label = f"replay ×{speed:g}"
+        self.stop_reason: Optional[str] = None
         self._emit: Emit = lambda e: None
         self._resume = asyncio.Event()
         self._resume.set()
@@ -331,15 +331,18 @@ class ReplaySource:
         """Shown, not written: a replay never modifies the recording. Stamped with the recording's clock."""
         self._emit(Marker(label=label, ts=self._now))
 
-    def pause_ramp(self) -> None:
+    def pause_ramp(self) -> bool:
         self._resume.clear()
+        return True
 
-    def resume_ramp(self) -> None:
+    def resume_ramp(self) -> bool:
         self._resume.set()
+        return True
 
-    def skip_level(self) -> None:
+    def skip_level(self) -> bool:
         self._skip = True
         self._resume.set()
+        return True
 
     async def run(self, emit: Emit, stop: asyncio.Event) -> str:
         self._emit = emit

@@ -8,10 +8,9 @@ progress and log lines coalesce). Message handlers only redraw. Nothing here tal
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -19,7 +18,9 @@ from textual.containers import Container, Horizontal, VerticalScroll
 from textual.widgets import ContentSwitcher, Footer
 from textual.worker import Worker
 
-from specmon.model import Event, Marker
+from specmon.model import Event
+from specmon.session.folder import public_url
+from specmon.session.source import SessionSource
 from specmon.tui import messages as msg
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
 from specmon.tui.state import SessionState
@@ -53,12 +54,11 @@ class SpecmonApp(App[str]):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, live: Any, title: str = "specmon", *, autostart: bool = True) -> None:
+    def __init__(self, live: SessionSource, title: str = "specmon", *, autostart: bool = True) -> None:
         super().__init__()
         self.live = live
         self.title = title
-        arms = getattr(live, "arms", None) or []
-        self.state = SessionState([(a.name, a.url) for a in arms if hasattr(a, "name")])
+        self.state = SessionState([(a.name, public_url(a.url)) for a in live.arms])
         self.autostart = autostart
         self.display_paused = False
         self.ramp_paused = False
@@ -67,9 +67,8 @@ class SpecmonApp(App[str]):
         self.exit_reason: Optional[str] = None
         self._stop: Optional[asyncio.Event] = None
         self._live_worker: Optional[Worker] = None
-        out_dir = getattr(live, "out_dir", None)
-        self.out_dir: Optional[Path] = Path(out_dir) if out_dir else None
-        self.mode_label = getattr(live, "mode_label", "live")
+        self.out_dir: Optional[Path] = Path(live.out_dir) if live.out_dir else None
+        self.mode_label = live.mode_label
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -134,6 +133,7 @@ class SpecmonApp(App[str]):
         if self.display_paused:
             return
         self.query_one(StatusBar).refresh()
+        self._show_chosen_panes()
         if arms:
             self.query_one(GpuStrip).refresh(layout=True)
             for p in self.query_one("#arms").query(ArmPanel):
@@ -142,10 +142,24 @@ class SpecmonApp(App[str]):
             self.query_one(RampPane).redraw()
             self.query_one(KneeBanner).update_visibility()
         if logs:
-            for lp in self.query_one("#logs").query(LogPane):
-                lp.redraw()
+            for pane in self.query_one("#logs").query(LogPane):
+                pane.redraw()
         if isinstance(self.screen, ArmDetailScreen):
             self.screen.redraw()
+
+    def _show_chosen_panes(self) -> None:
+        """The layout's `panes:` (None: all) for the parts of the screen outside the arm panels."""
+        state = self.state
+        for selector, show in (("#gpus", state.shows("gpu")), ("#arms", state.shows("arms")),
+                               ("#bottom", state.shows("levels") or state.shows("log"))):
+            widget = self.query_one(selector)
+            if widget.display != show:
+                widget.display = show
+        switcher = self.query_one(ContentSwitcher)
+        if switcher.current == "ramp" and not state.shows("levels"):
+            switcher.current = "logs"
+        elif switcher.current == "logs" and not state.shows("log"):
+            switcher.current = "ramp"
 
     async def on_tick(self, m: msg.Tick) -> None:
         await self._sync_arms()
@@ -199,17 +213,6 @@ class SpecmonApp(App[str]):
         self.redraw(arms=True, ramp=True, logs=True)
         self.query_one(StatusBar).refresh()
 
-    # -- calls into the session ----------------------------------------------------------------
-
-    def _call_live(self, name: str, *args: Any) -> bool:
-        fn = getattr(self.live, name, None)
-        if fn is None:
-            return False
-        result = fn(*args)
-        if inspect.isawaitable(result):
-            self.run_worker(result, group="live-calls")
-        return True
-
     # -- actions -------------------------------------------------------------------------------
 
     async def action_quit(self) -> None:
@@ -243,8 +246,7 @@ class SpecmonApp(App[str]):
             if label is None:
                 return
             self.user_marks += 1
-            if not self._call_live("mark", label):
-                self.emit(Marker(label=label))  # no recorder behind this session: show it only
+            self.live.mark(label)
             self.notify(f"marker: {label}", timeout=3)
 
         self.push_screen(PromptScreen("Marker label (enter for the default):", default=default), done)
@@ -290,8 +292,8 @@ class SpecmonApp(App[str]):
             self.push_screen(ArmDetailScreen(self.state, arm))
 
     def action_toggle_ramp(self) -> None:
-        name = "resume_ramp" if self.ramp_paused else "pause_ramp"
-        if not self._call_live(name):
+        has_ramp = self.live.resume_ramp() if self.ramp_paused else self.live.pause_ramp()
+        if not has_ramp:
             self.notify("this session has no ramp to pause", severity="warning", timeout=3)
             return
         self.ramp_paused = not self.ramp_paused
@@ -300,7 +302,7 @@ class SpecmonApp(App[str]):
         self.redraw(ramp=True)
 
     def action_skip_level(self) -> None:
-        if not self._call_live("skip_level"):
+        if not self.live.skip_level():
             self.notify("this session has no ramp level to skip", severity="warning", timeout=3)
         else:
             self.notify("skipping to the next level", timeout=3)
@@ -336,7 +338,7 @@ class SpecmonApp(App[str]):
         self.push_screen(HelpScreen())
 
 
-def run_tui(live: Any, title: str = "specmon") -> str:
+def run_tui(live: SessionSource, title: str = "specmon") -> str:
     """Run the TUI over `live` (a LiveSession or a ReplaySource) until q; the exit reason."""
     app = SpecmonApp(live, title)
     result = app.run()

@@ -12,7 +12,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Optional
 
-from specmon.analysis.knee import slo_condition
 from specmon.model import (
     ArmInfo,
     ArmInfoUpdated,
@@ -21,6 +20,7 @@ from specmon.model import (
     GpuSnapshot,
     HostReading,
     KneeCalled,
+    KneesSummary,
     LevelFinished,
     LevelProgress,
     LevelResult,
@@ -31,7 +31,9 @@ from specmon.model import (
     Sample,
     SamplesTick,
     SessionEnded,
+    SessionStarted,
 )
+from specmon.panes import shown
 
 HISTORY_POINTS = 600  # ten minutes at 1 Hz: more than any pane is wide
 LOG_LINES = 5000
@@ -48,44 +50,10 @@ SERIES = (
     "ttft_p90_s",
 )
 
-# Queue time above this share of TTFT means "TTFT is queueing, not prefill" (issue 4.5).
-QUEUE_DOMINATES = 0.5
-
-
-def queue_share(sample: Optional[Sample]) -> Optional[float]:
-    """queue_time_mean_s / ttft_mean_s over the scrape window, None when either is unknown."""
-    if sample is None or sample.queue_time_mean_s is None or not sample.ttft_mean_s:
-        return None
-    return sample.queue_time_mean_s / sample.ttft_mean_s
-
-
-@dataclass
-class KneeSummary:
-    """The D3 knees of one arm after its latest level (from LevelFinished.knees, the
-    analysis.knee.knees_summary dict the ramp also writes to session.json)."""
-
-    power_c: Optional[float] = None  # Kleinrock power X / TTFT p50: argmax level
-    power_confirmed: bool = False
-    slo: Optional[str] = None  # the SLOs in words ('TTFT<=2 s, TPOT<=30 ms'); None: no SLO given
-    c_slo: Optional[float] = None  # largest C whose attainment's lower 95% bound >= 90%
-    c_goodput: Optional[float] = None  # argmax of tok/s x attainment
-    goodput_confirmed: bool = False
-
-    @classmethod
-    def from_summary(cls, k: dict) -> "KneeSummary":
-        pw = k.get("power") or {}
-        out = cls(power_c=pw.get("concurrency"), power_confirmed=bool(pw.get("confirmed")))
-        slo = k.get("slo")
-        if slo:
-            out.slo = slo_condition(slo.get("slo_ttft_s"), slo.get("slo_tpot_s"))
-            out.c_slo, out.c_goodput = slo.get("c_slo"), slo.get("c_goodput")
-            out.goodput_confirmed = bool(slo.get("goodput_confirmed"))
-        return out
-
-    @property
-    def news(self) -> bool:
-        """Something the knee banner should say: a confirmed D3 knee, or an SLO verdict."""
-        return self.power_confirmed or self.goodput_confirmed or self.slo is not None
+def knee_news(k: Optional[KneesSummary]) -> bool:
+    """Whether an arm's knees give the banner something to say: a confirmed power or goodput
+    knee, or an SLO verdict."""
+    return k is not None and (k.power.confirmed or k.slo is not None)
 
 
 @dataclass
@@ -104,7 +72,7 @@ class ArmState:
     levels: list[LevelResult] = field(default_factory=list)
     knees: list[KneeCalled] = field(default_factory=list)
     predicted_knee: Optional[KneeCalled] = None
-    d3: Optional[KneeSummary] = None  # after the arm's latest finished level
+    knees_summary: Optional[KneesSummary] = None  # after the arm's latest finished level
     samples_seen: int = 0
 
     def __post_init__(self) -> None:
@@ -123,7 +91,7 @@ class ArmState:
     @property
     def knee_news(self) -> bool:
         """Whether the knee banner has a line for this arm."""
-        return bool(self.knees) or (self.d3 is not None and self.d3.news)
+        return bool(self.knees) or knee_news(self.knees_summary)
 
     @property
     def speculation(self) -> Optional[bool]:
@@ -156,6 +124,7 @@ class SessionState:
         self.last_ts: Optional[float] = None
         self.ticks = 0
         self.events = 0
+        self.panes: Optional[list[str]] = None  # the layout's choice (specmon/panes.py); None: all
         for name, url in arm_urls or []:
             self.arm(name).url = url
 
@@ -164,10 +133,10 @@ class SessionState:
     def arm(self, name: str) -> ArmState:
         """The arm's state, created on first mention (arms can appear mid-session in launch mode)."""
         with self.lock:
-            st = self.arms.get(name)
-            if st is None:
-                st = self.arms[name] = ArmState(name=name, index=len(self.arms))
-            return st
+            arm_state = self.arms.get(name)
+            if arm_state is None:
+                arm_state = self.arms[name] = ArmState(name=name, index=len(self.arms))
+            return arm_state
 
     def arm_names(self) -> list[str]:
         with self.lock:
@@ -180,7 +149,7 @@ class SessionState:
     def level_rows(self) -> list[LevelResult]:
         """Every finished (level, arm) result, in level order then arm order."""
         with self.lock:
-            rows = [r for st in self.arms.values() for r in st.levels]
+            rows = [r for arm_state in self.arms.values() for r in arm_state.levels]
         order = {name: i for i, name in enumerate(self.arms)}
         return sorted(rows, key=lambda r: (r.level, order.get(r.arm, 0)))
 
@@ -202,6 +171,12 @@ class SessionState:
             if handler is not None:
                 handler(event)
 
+    def _on_SessionStarted(self, ev: SessionStarted) -> None:
+        self.panes = list(ev.panes) if ev.panes is not None else None
+
+    def shows(self, pane: str) -> bool:
+        return shown(self.panes, pane)
+
     def _on_SamplesTick(self, ev: SamplesTick) -> None:
         self.ticks += 1
         if ev.gpus is not None:
@@ -209,27 +184,27 @@ class SessionState:
         if ev.host is not None:
             self.host = ev.host
         for s in ev.samples:
-            st = self.arm(s.arm)
-            st.last = s
-            st.samples_seen += 1
+            arm_state = self.arm(s.arm)
+            arm_state.last = s
+            arm_state.samples_seen += 1
             for key in SERIES:
                 v = getattr(s, key)
-                st.history[key].append(None if v is None else float(v))
+                arm_state.history[key].append(None if v is None else float(v))
 
     def _on_ArmInfoUpdated(self, ev: ArmInfoUpdated) -> None:
-        st = self.arm(ev.arm)
-        st.info = ev.info
-        st.info_source = ev.source
+        arm_state = self.arm(ev.arm)
+        arm_state.info = ev.info
+        arm_state.info_source = ev.source
 
     def _on_ArmPhase(self, ev: ArmPhase) -> None:
-        st = self.arm(ev.arm)
-        st.phase = ev.phase
-        st.phase_detail = ev.detail
+        arm_state = self.arm(ev.arm)
+        arm_state.phase = ev.phase
+        arm_state.phase_detail = ev.detail
 
     def _on_LogLine(self, ev: LogLine) -> None:
-        st = self.arm(ev.arm)
-        st.logs.append(ev.line)
-        st.log_total += 1
+        arm_state = self.arm(ev.arm)
+        arm_state.logs.append(ev.line)
+        arm_state.log_total += 1
 
     def _on_LevelStarted(self, ev: LevelStarted) -> None:
         self.ramp_started = True
@@ -243,18 +218,18 @@ class SessionState:
     def _on_LevelFinished(self, ev: LevelFinished) -> None:
         self.levels_done = max(self.levels_done, ev.level + 1)
         for r in ev.results:
-            st = self.arm(r.arm)
-            st.levels = [x for x in st.levels if x.level != r.level] + [r]
-            st.levels.sort(key=lambda x: x.level)
+            arm_state = self.arm(r.arm)
+            arm_state.levels = [x for x in arm_state.levels if x.level != r.level] + [r]
+            arm_state.levels.sort(key=lambda x: x.level)
         for arm, k in ev.knees.items():
-            self.arm(arm).d3 = KneeSummary.from_summary(k)
+            self.arm(arm).knees_summary = k
 
     def _on_KneeCalled(self, ev: KneeCalled) -> None:
-        st = self.arm(ev.arm)
+        arm_state = self.arm(ev.arm)
         if ev.definition == "predicted":
-            st.predicted_knee = ev
+            arm_state.predicted_knee = ev
         else:
-            st.knees.append(ev)
+            arm_state.knees.append(ev)
             self.knee_events.append(ev)
 
     def _on_RampFinished(self, ev: RampFinished) -> None:

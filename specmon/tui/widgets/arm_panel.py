@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.widget import Widget
 
+from specmon.panes import ARM_PANES
 from specmon.tui.chart import arm_glyph
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.accept import AcceptPane
@@ -15,7 +17,10 @@ from specmon.tui.widgets.requests import RequestsPane
 from specmon.tui.widgets.throughput import ThroughputPane
 from specmon.tui.widgets.ttft import TtftPane
 
-PANES = (GpuPane, KvPane, AcceptPane, RequestsPane, ThroughputPane, TtftPane)
+# specmon/panes.py ARM_PANES, name by name (a layout's `panes:` picks among them)
+PANE_WIDGETS = {"gpu": GpuPane, "kv": KvPane, "accept": AcceptPane, "queue": RequestsPane,
+                "throughput": ThroughputPane, "ttft": TtftPane}
+assert tuple(PANE_WIDGETS) == ARM_PANES
 
 
 class ArmPanel(Vertical, can_focus=True):
@@ -24,12 +29,14 @@ class ArmPanel(Vertical, can_focus=True):
         self.session = session
         self.arm_name = arm
         self.chart_height = chart_height
+        self._panes: dict[str, Widget] = {}
         self.add_class(f"arm-{session.arm(arm).index % 6}")
 
     def compose(self) -> ComposeResult:
         yield ArmHeader(self.session, self.arm_name)
-        for pane in PANES:
-            yield pane(self.session, self.arm_name, chart_height=self.chart_height)
+        for name, pane in PANE_WIDGETS.items():
+            self._panes[name] = pane(self.session, self.arm_name, chart_height=self.chart_height)
+            yield self._panes[name]
 
     def on_mount(self) -> None:
         self.update_titles()
@@ -43,5 +50,8 @@ class ArmPanel(Vertical, can_focus=True):
 
     def redraw(self) -> None:
         self.update_titles()
+        for name, pane in self._panes.items():
+            if pane.display != self.session.shows(name):
+                pane.display = self.session.shows(name)
         for child in self.children:
             child.refresh(layout=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from specmon.analysis.knee import slo_condition
 from specmon.tui.chart import arm_glyph
 from specmon.tui.state import ArmState, SessionState
 from specmon.tui.widgets.base import StyledWidget
@@ -52,23 +53,24 @@ class KneeBanner(StyledWidget):
             note = "within the noise" if definition == "plateau" and x.resolved is False else ""
             self._item(t, n == 0, definition, x.concurrency, note)
             n += 1
-        d3 = arm.d3
-        if d3 is not None:
-            if d3.power_c is not None:
-                self._item(t, n == 0, "power", d3.power_c, confirmed=d3.power_confirmed)
+        summary = arm.knees_summary
+        if summary is not None:
+            if summary.power.concurrency is not None:
+                self._item(t, n == 0, "power", summary.power.concurrency, confirmed=summary.power.confirmed)
                 n += 1
-            if d3.slo is not None:
+            if summary.slo is not None:
+                words = slo_condition(summary.slo.slo_ttft_s, summary.slo.slo_tpot_s)
                 t.append("  " if n == 0 else " · ", style=self.st("unit"))
                 t.append("SLO ", style=self.st("value"))
-                if d3.c_slo is None:
+                if summary.slo.c_slo is None:
                     t.append("met nowhere", style=self.st("warn"))
                 else:
                     t.append("met to C=", style=self.st("unit"))
-                    t.append(f"{d3.c_slo:g}", style=self.st("value"))
-                t.append(f" ({d3.slo.replace('<=', '≤')})", style=self.st("dim"))
+                    t.append(f"{summary.slo.c_slo:g}", style=self.st("value"))
+                t.append(f" ({words.replace('<=', '≤')})", style=self.st("dim"))
                 n += 1
-                if d3.c_goodput is not None:
-                    self._item(t, False, "goodput", d3.c_goodput, confirmed=d3.goodput_confirmed)
+                if summary.slo.c_goodput is not None:
+                    self._item(t, False, "goodput", summary.slo.c_goodput, confirmed=summary.slo.goodput_confirmed)
         pk = arm.predicted_knee
         if pk is not None and pk.concurrency is not None:
             t.append("  predicted C≈", style=self.st("unit"))
@@ -80,5 +82,5 @@ class KneeBanner(StyledWidget):
 
     def update_visibility(self) -> None:
         with self.session.lock:
-            self.display = any(a.knee_news for a in self.session.arms.values())
+            self.display = self.session.shows("knee") and any(a.knee_news for a in self.session.arms.values())
         self.refresh(layout=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from specmon.model import kv_usage_of
 from specmon.tui import fmt
 from specmon.tui.chart import bar
 from specmon.tui.widgets.base import ArmPane
@@ -18,9 +19,7 @@ class KvPane(ArmPane):
         s = self.arm.last
         if s is None or (s.kv_usage is None and s.kv_used_tokens is None):
             return self.unknown()
-        usage = s.kv_usage
-        if usage is None and s.kv_used_tokens is not None and s.kv_capacity_tokens:
-            usage = s.kv_used_tokens / s.kv_capacity_tokens
+        usage = kv_usage_of(s.kv_usage, s.kv_used_tokens, s.kv_capacity_tokens)
         filled, empty = bar(usage, 10)
         level = "bar-bad" if usage is not None and usage >= FULL else (
             "bar-warn" if usage is not None and usage >= WARN else "bar")

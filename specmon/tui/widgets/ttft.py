@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from specmon.tui import fmt
-from specmon.tui.state import QUEUE_DOMINATES, queue_share
+from specmon.analysis.knee import QUEUE_TTFT_SHARE, queue_share
 from specmon.tui.widgets.base import ArmPane
 
 
@@ -13,16 +13,16 @@ class TtftPane(ArmPane):
     LABEL = "TTFT"
 
     def queue_dominates(self) -> bool:
-        share = queue_share(self.arm.last)
-        return share is not None and share > QUEUE_DOMINATES
+        share = queue_share(self.arm.last) if self.arm.last is not None else None
+        return share is not None and share > QUEUE_TTFT_SHARE
 
     def note(self) -> Text:
         s = self.arm.last
-        share = queue_share(s)
+        share = queue_share(s) if s is not None else None
         if share is None:
             return Text("queue share —", style=self.st("dim"))
         words = f"TTFT {fmt.secs(s.ttft_mean_s)}: {fmt.secs(s.queue_time_mean_s)} queue"
-        if share > QUEUE_DOMINATES:
+        if share > QUEUE_TTFT_SHARE:
             return Text("▲ " + words, style=self.st("warn"))
         return Text(f"{words} ({share * 100:.0f}%)", style=self.st("dim"))
 

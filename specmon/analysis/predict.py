@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from specmon.model import ArmInfo, KneeCalled
+from specmon.model import ArmInfo, KneeCalled, PredictedKnee
 
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLang's default (SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0)
 
@@ -27,30 +27,39 @@ def admitted_at_once(pool: int, isl: int, osl: int, ratio: float) -> int:
     return int(math.floor(pool / (isl + osl * ratio) + 1e-9))
 
 
-def predicted_knee(arm: str, info: ArmInfo, isl: int, osl: int,
-                   new_token_ratio: Optional[float] = None) -> Optional[KneeCalled]:
+def predict_knee(info: ArmInfo, isl: int, osl: int,
+                 new_token_ratio: Optional[float] = None) -> Optional[PredictedKnee]:
+    """The one predicted knee (live call, session.json, replay and the knees summary all use it);
+    None when neither the pool nor the cap is known."""
     pool = info.kv_capacity_tokens
     cap = info.max_running_requests
     if pool is None and cap is None:
         return None
     per_req = isl + osl
     parts = []
-    pool_bound: Optional[float] = None
+    k = PredictedKnee(concurrency=None, request_cap=cap, isl=isl, osl=osl)
     if pool and per_req > 0:
         ratio = new_token_ratio if new_token_ratio is not None and 0 < new_token_ratio <= 1 else None
-        said = "new_token_ratio" if ratio is not None else "new_token_ratio assumed"
+        k.ratio_assumed = ratio is None
+        said = "new_token_ratio assumed" if k.ratio_assumed else "new_token_ratio"
         ratio = INIT_NEW_TOKEN_RATIO if ratio is None else ratio
-        pool_bound = float(admitted_at_once(pool, isl, osl, ratio))
-        full = pool / per_req
+        k.new_token_ratio = ratio
+        k.kv_admitted = admitted_at_once(pool, isl, osl, ratio)
+        k.kv_full_length = round(pool / per_req, 2)
         parts.append(f"KV pool {pool:,} tok / ({isl} + {osl} x {said} {ratio:.2f}) = "
-                     f"{pool / (isl + osl * ratio):.1f} -> {pool_bound:.0f} admitted at once "
+                     f"{pool / (isl + osl * ratio):.1f} -> {k.kv_admitted} admitted at once "
                      f"(SGLang reserves decode room when it admits; "
-                     f"pool / ({isl}+{osl}) at full length would say {full:.1f})")
+                     f"pool / ({isl}+{osl}) at full length would say {pool / per_req:.1f})")
     else:
         parts.append("KV pool size unknown")
     parts.append(f"request cap {cap}" if cap is not None else "request cap unknown")
-    bounds = [b for b in (pool_bound, float(cap) if cap is not None else None) if b is not None]
+    bounds = [float(b) for b in (k.kv_admitted, cap) if b is not None]
     knee = min(bounds)
-    bound_by = "KV pool" if pool_bound is not None and knee == pool_bound else "request cap"
-    detail = f"{'; '.join(parts)}; bound by the {bound_by}"
-    return KneeCalled(arm=arm, definition="predicted", concurrency=round(knee, 1), detail=detail)
+    k.bound_by = "KV pool" if k.kv_admitted is not None and knee == k.kv_admitted else "request cap"
+    k.concurrency = round(knee, 1)
+    k.detail = f"{'; '.join(parts)}; bound by the {k.bound_by}"
+    return k
+
+
+def predicted_knee_event(arm: str, k: PredictedKnee) -> KneeCalled:
+    return KneeCalled(arm=arm, definition="predicted", concurrency=k.concurrency, detail=k.detail, predicted=k)

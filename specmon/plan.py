@@ -1,0 +1,296 @@
+"""The ramp plan: one validated model, whoever builds it.
+
+`specmon ramp` builds it from its flags, a layout's `ramp:` section is validated into it, and
+`specmon demo`'s overrides build a new one from the layout's (`replace_plan`). Every rule lives
+here once: a plan that exists is a plan within bounds, so nothing downstream has to re-check a
+level, a length or a duration (a `--levels 100000000` or an `--input-len 1e11` is one line and
+exit 2 here, not memory growing until the machine kills the process).
+
+The checks are plain functions too (`check_levels`, `check_tokens`, `check_seconds`, ...): the
+command line uses them as argparse types for flags that are not in the plan (`--interval`,
+`--duration`, `--speed`, `--isl`), so those follow the same rules with the same words.
+
+It is a pydantic dataclass (not a BaseModel): still a dataclass to `dataclasses.asdict`,
+`dataclasses.fields` and `dataclasses.replace` (which validates again), as session/ reads it.
+Assignments are validated too.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any, Optional
+
+from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.dataclasses import dataclass
+
+from specmon.errors import UsageError
+
+MAX_LEVEL = 100_000  # offered concurrency of one level: streams per arm
+MAX_LEVEL_COUNT = 1_000  # levels in one ramp
+MAX_TOKENS = 1_000_000  # prompt or output tokens of one request
+MAX_REQUESTS_PER_LEVEL = 10_000_000
+MAX_SECONDS = 30 * 86_400  # any duration: a level, a whole session, a timeout, an SLO
+MAX_INTERVAL_S = 3_600.0  # between two scrapes
+MAX_SEED = 2**63
+CATEGORIES = ("low_entropy", "mixed", "high_entropy")  # SPEED-Bench throughput categories
+DEFAULT_LEVEL_DURATION_S = 60.0
+
+
+# --------------------------------------------------------------------------------------------
+# The checks (ValueError with the words after "FLAG: " or "file: key: ")
+
+
+def _number(v: Any, what: str) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected {what}, got {v!r}")
+    return v
+
+
+def check_levels(levels: Any) -> list[int]:
+    if not isinstance(levels, (list, tuple)) or not levels or any(
+            isinstance(c, bool) or not isinstance(c, int) or c <= 0 for c in levels):
+        raise ValueError(f"expected a non-empty list of positive concurrency levels, got {_short(levels)}")
+    if len(levels) > MAX_LEVEL_COUNT:
+        raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(levels):,}")
+    big = next((c for c in levels if c > MAX_LEVEL), None)
+    if big is not None:
+        raise ValueError(f"expected concurrency levels of at most {MAX_LEVEL:,} streams per arm, got {big}")
+    return list(levels)
+
+
+def check_tokens(n: Any) -> int:
+    _number(n, "a token count")
+    if not isinstance(n, int) or not 1 <= n <= MAX_TOKENS:
+        raise ValueError(f"expected a token count from 1 to {MAX_TOKENS:,}, got {_short(n)}")
+    return n
+
+
+def check_count(n: Any, most: int = MAX_REQUESTS_PER_LEVEL) -> int:
+    _number(n, "a count")
+    if not isinstance(n, int) or not 1 <= n <= most:
+        raise ValueError(f"expected a count from 1 to {most:,}, got {_short(n)}")
+    return n
+
+
+def check_seconds(s: Any, *, zero_ok: bool = False, most: float = MAX_SECONDS) -> float:
+    """Finite seconds, > 0 (>= 0 with zero_ok), at most `most`: never nan or inf."""
+    _number(s, "a number of seconds")
+    s = float(s)
+    low_ok = s >= 0 if zero_ok else s > 0
+    if not math.isfinite(s) or not low_ok or s > most:
+        low = ">= 0" if zero_ok else "> 0"
+        raise ValueError(f"expected a finite number of seconds {low} and at most {_num(most)}, got {s!r}")
+    return s
+
+
+def check_positive(x: Any, most: float = 1e9) -> float:
+    """A finite number > 0 (a speed, a price, a tok/s target)."""
+    _number(x, "a number")
+    x = float(x)
+    if not math.isfinite(x) or not 0 < x <= most:
+        raise ValueError(f"expected a finite number > 0 and at most {_num(most)}, got {x!r}")
+    return x
+
+
+def check_seed(seed: Any) -> int:
+    _number(seed, "an integer seed")
+    if not isinstance(seed, int) or not -MAX_SEED < seed < MAX_SEED:
+        raise ValueError(f"expected an integer seed of at most 63 bits, got {_short(seed)}")
+    return seed
+
+
+def check_category(category: Optional[str]) -> Optional[str]:
+    if category is not None and category not in CATEGORIES:
+        raise ValueError(f"expected {', '.join(CATEGORIES[:-1])} or {CATEGORIES[-1]}, got {category!r}")
+    return category
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))
+class RampPlan:
+    """What a ramp does: offered concurrency levels, request shape, level length, SLOs."""
+
+    levels: list[int]
+    input_len: int = 1024
+    output_len: int = 256
+    # One of the two ends a level; neither given: DEFAULT_LEVEL_DURATION_S.
+    level_duration_s: Optional[float] = None
+    requests_per_level: Optional[int] = None
+    settle_s: float = 5.0  # the start of a level left out of its statistics
+    seed: int = 42
+    dataset: Optional[str] = None
+    category: Optional[str] = None  # SPEED-Bench category kept from the dataset
+    tokenizer: Optional[str] = None
+    flush_cache: bool = False
+    restart_between_levels: bool = False
+    timeout_s: float = 600.0
+    # Optional operator SLOs: a request meets them when its TTFT <= slo_ttft_s and its TPOT <=
+    # slo_tpot_s (either may be None: not judged). None for both: no SLO knee.
+    slo_ttft_s: Optional[float] = None
+    slo_tpot_s: Optional[float] = None
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _levels(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            if len(v) > MAX_LEVEL_COUNT:  # before coercing a huge list item by item
+                raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(v):,}")
+            if any(isinstance(c, bool) for c in v):
+                raise ValueError(f"expected a non-empty list of positive concurrency levels, got {_short(v)}")
+        return v  # other type errors (a string, 1.5) come from pydantic, with the item's index
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_after(cls, v: list[int]) -> list[int]:
+        return check_levels(v)
+
+    @field_validator("input_len", "output_len", mode="before")
+    @classmethod
+    def _tokens(cls, v: Any) -> Any:
+        return _no_bool(v)
+
+    @field_validator("input_len", "output_len")
+    @classmethod
+    def _tokens_after(cls, v: int) -> int:
+        return check_tokens(v)
+
+    @field_validator("level_duration_s", "settle_s", "timeout_s", "slo_ttft_s", "slo_tpot_s",
+                     "requests_per_level", "seed", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        return _no_bool(v)
+
+    @field_validator("level_duration_s", "timeout_s", "slo_ttft_s", "slo_tpot_s")
+    @classmethod
+    def _seconds(cls, v: Optional[float]) -> Optional[float]:
+        return None if v is None else check_seconds(v)
+
+    @field_validator("settle_s")
+    @classmethod
+    def _settle(cls, v: float) -> float:
+        return check_seconds(v, zero_ok=True)
+
+    @field_validator("requests_per_level")
+    @classmethod
+    def _requests(cls, v: Optional[int], info: ValidationInfo) -> Optional[int]:
+        if v is None:
+            return None
+        check_count(v)
+        if info.data.get("level_duration_s") is not None:
+            raise ValueError("expected level_duration_s or requests_per_level, not both")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        return check_seed(v)
+
+    @field_validator("dataset", "tokenizer")
+    @classmethod
+    def _path(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and (not v.strip() or "\x00" in v):
+            raise ValueError(f"expected a file or folder path, got {v!r}")
+        return v
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        check_category(v)
+        if v is not None and "dataset" in info.data and info.data["dataset"] is None:
+            raise ValueError("needs a dataset to keep the category from (a SPEED-Bench JSONL)")
+        return v
+
+    @model_validator(mode="after")
+    def _default_length(self) -> "RampPlan":
+        if self.level_duration_s is not None and self.requests_per_level is not None:  # an assignment
+            raise ValueError("expected level_duration_s or requests_per_level, not both")
+        if self.level_duration_s is None and self.requests_per_level is None:
+            # object.__setattr__: a plain assignment would validate the whole plan again, in a loop
+            object.__setattr__(self, "level_duration_s", DEFAULT_LEVEL_DURATION_S)
+        return self
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):  # pydantic reads true as 1: never what a `input_len: yes` meant
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+# --------------------------------------------------------------------------------------------
+# Building one, with errors in the caller's words
+
+# Where a plan field comes from on the command line (the layout names its keys as they are).
+FLAGS = {
+    "levels": "--levels", "input_len": "--input-len", "output_len": "--output-len",
+    "level_duration_s": "--level-duration", "requests_per_level": "--requests-per-level",
+    "settle_s": "--settle", "seed": "--seed", "dataset": "--dataset", "category": "--category",
+    "tokenizer": "--tokenizer", "flush_cache": "--flush-cache", "slo_ttft_s": "--slo-ttft",
+    "slo_tpot_s": "--slo-tpot",
+}
+
+
+def flag_label(loc: tuple) -> str:
+    """`("input_len",)` -> `--input-len` (a field without a flag keeps its name)."""
+    name = str(loc[0]) if loc else "ramp plan"
+    return FLAGS.get(name, name)
+
+
+def build_plan(values: dict[str, Any], label: Callable[[tuple], str] = flag_label) -> RampPlan:
+    """A RampPlan from `values`; a bad value is a UsageError `LABEL: expected ..., got ...`."""
+    try:
+        return RampPlan(**values)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise UsageError(f"{label(tuple(err.get('loc', ())))}: {error_text(err)}") from None
+
+
+def replace_plan(plan: RampPlan, label: Callable[[tuple], str] = flag_label, **changes: Any) -> RampPlan:
+    """A new plan: `plan` with `changes`, validated as a whole again."""
+    values = {name: getattr(plan, name) for name in plan.__dataclass_fields__}
+    values.update(changes)
+    return build_plan(values, label)
+
+
+# pydantic error kinds -> the words a user reads (layout files use the same table)
+EXPECTED = {
+    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
+    "float_parsing": "expected a number", "float_type": "expected a number",
+    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
+    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
+    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
+    "dataclass_type": "expected a mapping", "dataclass_args_type": "expected a mapping",
+    "missing": "required key is missing", "missing_argument": "required key is missing",
+    "finite_number": "expected a finite number",
+}
+
+
+def error_text(err: dict) -> str:
+    """One pydantic error as `expected ..., got ...` (no location)."""
+    kind, value = err.get("type", ""), err.get("input")
+    if kind == "value_error":
+        return str(err.get("msg", "")).removeprefix("Value error, ")
+    if kind in ("missing", "missing_argument"):
+        return EXPECTED[kind]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        return "unknown key"
+    expected = EXPECTED.get(kind)
+    if expected is None:
+        ctx = err.get("ctx") or {}
+        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
+                  "less_than_equal": "<= {le}"}
+        if kind in bounds:
+            expected = "expected a value " + bounds[kind].format(**ctx)
+        else:
+            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
+    return f"{expected}, got {_short(value)}"

@@ -1,0 +1,160 @@
+"""How session values become text and back: CSV cells, and events as JSON lines.
+
+CSV cells: unknown is an empty cell (None and NaN alike), booleans are 1/0, epoch columns keep
+milliseconds, other floats six significant digits. Parsing a cell goes by the dataclass field's
+annotation, so a reader never guesses a column's type.
+
+Events: every Event of specmon.model is written as one JSON object, {"type": "<class name>",
+...fields}, with nested dataclasses as objects and floats as Python writes them (repr, exact
+round trip). Decoding rebuilds the same dataclasses from the annotations, so a decoded event
+compares equal to the one that was written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from functools import lru_cache
+from typing import Any, Callable, Optional, Union
+
+from specmon import model
+
+EPOCH_COLUMNS = ("ts", "t_start", "t_scheduled", "t_end")
+
+
+# --------------------------------------------------------------------------------------------
+# CSV cells
+
+
+def cell(v: Any, col: str) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        if v != v:  # NaN is "unknown" too
+            return ""
+        if col in EPOCH_COLUMNS:
+            return f"{v:.3f}"
+        return f"{v:.6g}"
+    return str(v)
+
+
+def cell_parser(annotation: str) -> Callable[[str], Any]:
+    """A cell parser from the dataclass field's annotation (a string under `from __future__`)."""
+    if "bool" in annotation:
+        return lambda v: v.strip().lower() in ("1", "true", "yes")
+    if "int" in annotation:
+        return lambda v: int(float(v))
+    if "float" in annotation:
+        return float
+    return str
+
+
+class CellError(ValueError):
+    def __init__(self, column: str, expected: str, got: str) -> None:
+        super().__init__(f"column {column!r}: expected a {expected} value, got {got!r}")
+
+
+def from_row(cls: type, row: dict[str, Optional[str]]) -> Any:
+    """A dataclass from a CSV row; an empty or missing cell leaves the field's default (None)."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        raw = row.get(f.name)
+        if raw is None:
+            continue
+        text = raw.strip()
+        if text == "":
+            continue
+        try:
+            value = cell_parser(str(f.type))(text)
+        except ValueError:
+            raise CellError(f.name, str(f.type), text) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            continue  # an infinite cell is not a measurement
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Events as JSON
+
+
+def event_types() -> dict[str, type]:
+    return {name: cls for name, cls in vars(model).items()
+            if isinstance(cls, type) and issubclass(cls, model.Event) and cls is not model.Event}
+
+
+@lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def to_plain(v: Any) -> Any:
+    """JSON-ready value: dataclasses become objects (their fields only), tuples lists."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if hasattr(v, "model_dump") and callable(v.model_dump):  # a pydantic settings model
+        return to_plain(v.model_dump(mode="python"))
+    if isinstance(v, dict):
+        return {str(k): to_plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [to_plain(x) for x in v]
+    return v
+
+
+def encode_event(e: model.Event) -> str:
+    obj = {"type": type(e).__name__, **to_plain(e)}
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+class EventDecodeError(ValueError):
+    pass
+
+
+def decode_event(line: str, types_by_name: Optional[dict[str, type]] = None) -> model.Event:
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise EventDecodeError(f"not a JSON object ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise EventDecodeError("expected a JSON object with a 'type'")
+    cls = (types_by_name or event_types()).get(obj.pop("type"))
+    if cls is None:
+        raise EventDecodeError("unknown event type")
+    return build(cls, obj)
+
+
+def build(tp: Any, v: Any) -> Any:
+    if v is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return build(args[0], v) if len(args) == 1 else v
+    if origin in (list, tuple):
+        if not isinstance(v, list):
+            raise TypeError(f"expected a list, got {type(v).__name__}")
+        (arg,) = typing.get_args(tp)[:1] or (Any,)
+        return [build(arg, x) for x in v]
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise TypeError(f"expected an object, got {type(v).__name__}")
+        args = typing.get_args(tp)
+        arg = args[1] if len(args) == 2 else Any
+        return {k: build(arg, x) for k, x in v.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(v, dict):
+            raise TypeError(f"expected an object for {tp.__name__}, got {type(v).__name__}")
+        hints = _hints(tp)
+        kwargs = {f.name: build(hints.get(f.name, Any), v[f.name]) for f in dataclasses.fields(tp)
+                  if f.init and f.name in v}
+        return tp(**kwargs)
+    if isinstance(tp, type) and hasattr(tp, "model_validate"):  # pydantic
+        return tp.model_validate(v)
+    if tp is float and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    return v

@@ -1,0 +1,381 @@
+"""The session folder: the one place that writes it and the one place that reads it back.
+
+Written by `SessionWriter`, a consumer of the event stream like the front ends (it is called
+with every event, in order, and nothing else writes the folder):
+
+| file            | from which events                                                   |
+|-----------------|---------------------------------------------------------------------|
+| events.jsonl    | every event but RequestFinished (one JSON object a line, codec.py)  |
+| samples.csv     | SamplesTick (one row per arm), Marker (a row with an empty `arm`)   |
+| gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
+| requests.csv    | RequestFinished                                                     |
+| levels.csv      | LevelFinished.results                                               |
+| session.json    | SessionStarted, ArmInfoUpdated, KneeCalled(predicted), RampStarted, |
+|                 | LevelFinished (knees, load_client), Marker, SessionEnded            |
+
+Rows are appended and flushed as they happen, each in one write: a row that cannot be written
+whole (full disk) is cut back off, so a file never ends in a torn row. session.json is rewritten
+atomically on every change. A value that is not known is an empty cell (codec.py).
+
+`read_meta` reads session.json back as a typed `SessionMeta`; it accepts folders recorded
+before the event log existed (missing keys keep their defaults).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import platform
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from specmon import __version__
+from specmon.errors import UsageError
+from specmon.model import (
+    GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot,
+    KneeCalled, KneesSummary, LevelFinished, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
+    SessionEnded, SessionStarted,
+)
+from specmon.session import codec
+
+EVENTS_FILE = "events.jsonl"
+
+
+def default_out_dir(base: str | Path = "specmon-sessions") -> Path:
+    return Path(base) / datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def public_url(url: str) -> str:
+    """The URL without user:password, so credentials embedded in a URL are never written."""
+    try:
+        u = urlsplit(url)
+        if u.username is None and u.password is None:
+            return url
+        host = u.hostname or ""
+        if u.port:
+            host = f"{host}:{u.port}"
+    except ValueError:
+        return url.rsplit("@", 1)[-1] if "@" in url else url
+    return urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
+
+
+def _without_secrets(e: Event) -> Event:
+    """The event as it may be written: a URL's user:password never reaches the folder."""
+    if isinstance(e, SessionStarted):
+        return dataclasses.replace(e, arms=[dataclasses.replace(a, url=public_url(a.url)) for a in e.arms])
+    return e
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+# --------------------------------------------------------------------------------------------
+# session.json, typed
+
+
+@dataclass
+class ArmMeta:
+    name: str
+    url: str = ""
+    launched: bool = False
+    api_key_env: Optional[str] = None  # the variable's name; the key itself is never written
+    version: Optional[str] = None
+    time_scale: Optional[float] = None
+    server_args: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class SessionMeta:
+    start_time: Optional[str] = None
+    start_ts: Optional[float] = None
+    end_time: Optional[str] = None
+    end_ts: Optional[float] = None
+    specmon_version: Optional[str] = None
+    host: dict[str, Any] = field(default_factory=dict)
+    mode: Optional[str] = None
+    interval_s: Optional[float] = None
+    arms: list[ArmMeta] = field(default_factory=list)
+    ramp_plan: Optional[dict[str, Any]] = None
+    time_scale: dict[str, float] = field(default_factory=dict)
+    ramp_workload: Optional[dict[str, Any]] = None
+    predicted_knees: dict[str, PredictedKnee] = field(default_factory=dict)
+    knees: dict[str, KneesSummary] = field(default_factory=dict)
+    load_client: list[dict[str, Any]] = field(default_factory=list)
+    markers: list[dict[str, Any]] = field(default_factory=list)
+    exit_reason: Optional[str] = None
+    layout: Optional[dict[str, Any]] = None
+    layout_file: Optional[str] = None
+    logs_dir: Optional[str] = None
+    events_file: Optional[str] = None  # events.jsonl when this session stored its event log
+
+    def arm(self, name: str) -> Optional[ArmMeta]:
+        return next((a for a in self.arms if a.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_plain(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str) -> "SessionMeta":
+        """Tolerant of older folders: unknown keys are ignored, missing ones keep their defaults,
+        and a key of the wrong shape is one clear error."""
+        try:
+            meta = codec.build(cls, {k: v for k, v in obj.items() if k in {f.name for f in dataclasses.fields(cls)}})
+        except (TypeError, AttributeError, KeyError) as e:
+            raise UsageError(f"{where}: unexpected shape ({e}); expected a specmon session.json")
+        if not isinstance(meta.arms, list) or not all(isinstance(a, ArmMeta) for a in meta.arms):
+            raise UsageError(f"{where}: 'arms': expected a list of arm objects")
+        return meta
+
+
+def read_meta(folder: Path) -> SessionMeta:
+    path = Path(folder) / "session.json"
+    if not Path(folder).is_dir():
+        raise UsageError(f"{folder}: not a directory; expected a specmon session folder")
+    if not path.exists():
+        raise UsageError(f"{path}: missing; expected a specmon session folder (session.json, samples.csv)")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"{path}: not valid JSON ({e})")
+    if not isinstance(obj, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    # Older sessions wrote knees' `predicted` as bounds, not a PredictedKnee: keep only the new shape.
+    for k in (obj.get("knees") or {}).values() if isinstance(obj.get("knees"), dict) else ():
+        if isinstance(k, dict) and isinstance(k.get("predicted"), dict) and "concurrency" not in k["predicted"]:
+            k["predicted"] = None
+    return SessionMeta.from_json(obj, str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Appending rows
+
+
+class RecordingError(Exception):
+    """The folder cannot be written (full disk, permissions): the session stops cleanly."""
+
+
+class _AppendFile:
+    """A file of whole lines: each line goes out in one unbuffered write, and a failed or short
+    write is cut back off, so the file never ends in a torn line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._f = open(path, "ab", buffering=0)
+
+    @property
+    def empty(self) -> bool:
+        return self._f.tell() == 0
+
+    def write_line(self, text: str) -> None:
+        data = text.encode("utf-8")
+        start = self._f.tell()
+        try:
+            n = self._f.write(data)
+            if n != len(data):
+                raise OSError(28, f"short write ({n} of {len(data)} bytes)")
+        except OSError as e:
+            try:
+                self._f.truncate(start)
+            except OSError:
+                pass
+            raise RecordingError(f"{self.path}: cannot write ({e.strerror or e})") from None
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+class _CsvFile:
+    def __init__(self, path: Path, columns: Sequence[str]):
+        self.columns = list(columns)
+        self._file = _AppendFile(path)
+        if self._file.empty:
+            self._write(self.columns)
+
+    def _write(self, cells: list[str]) -> None:
+        buf = io.StringIO()
+        csv.writer(buf).writerow(cells)
+        self._file.write_line(buf.getvalue())
+
+    def write(self, values: dict[str, Any]) -> None:
+        self._write([codec.cell(values.get(c), c) for c in self.columns])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def check_writable(out_dir: Path) -> None:
+    """Before any work starts: the folder can be created and written, or one clear line (exit 2)."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".specmon-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror or e}); give a writable folder")
+
+
+# --------------------------------------------------------------------------------------------
+# The writer: one consumer of the event stream
+
+
+class SessionWriter:
+    """Called with every event of a session, in order; writes the folder (table above)."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = Path(out_dir)
+        check_writable(self.out_dir)
+        self._lock = threading.RLock()  # the supervisor's log readers emit from their threads
+        self._samples = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
+        self._requests = _CsvFile(self.out_dir / "requests.csv", REQUEST_COLUMNS)
+        self._levels = _CsvFile(self.out_dir / "levels.csv", LEVEL_COLUMNS)
+        self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
+        self._events = _AppendFile(self.out_dir / EVENTS_FILE)
+        now = time.time()
+        self.meta = SessionMeta(
+            start_time=_iso(now), start_ts=now, specmon_version=__version__,
+            host={"hostname": socket.gethostname(), "platform": platform.platform(),
+                  "python": platform.python_version()},
+            events_file=EVENTS_FILE)
+        self.closed = False
+        self.error: Optional[str] = None  # set when a write failed: the session stops on it
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            SessionStarted: self._on_started, ArmInfoUpdated: self._on_info, SamplesTick: self._on_tick,
+            KneeCalled: self._on_knee, RampStarted: self._on_ramp, RequestFinished: self._on_request,
+            LevelFinished: self._on_level, Marker: self._on_marker, SessionEnded: self._on_ended,
+        }
+        self._write_meta()
+
+    def __call__(self, e: Event) -> None:
+        with self._lock:
+            if self.error is not None:
+                return
+            try:
+                if self.closed:
+                    if isinstance(e, Marker):  # the operator's marks are kept even after the end
+                        self._late_marker(e)
+                    return
+                if not isinstance(e, RequestFinished):  # requests.csv is the requests' record
+                    self._events.write_line(codec.encode_event(_without_secrets(e)) + "\n")
+                handler = self._handlers.get(type(e))
+                if handler is not None:
+                    handler(e)
+            except RecordingError as err:
+                self.error = str(err)
+            except OSError as err:
+                self.error = f"{self.out_dir}: cannot write ({err.strerror or err})"
+
+    # ---- handlers ----------------------------------------------------------------------------
+    def _on_started(self, e: SessionStarted) -> None:
+        self.meta.mode, self.meta.interval_s = e.mode, e.interval_s
+        self.meta.start_ts, self.meta.start_time = e.ts, _iso(e.ts)
+        self.meta.arms = [ArmMeta(name=a.name, url=public_url(a.url), launched=a.launched, api_key_env=a.api_key_env)
+                          for a in e.arms]
+        if e.launch is not None:
+            self.meta.layout, self.meta.layout_file, self.meta.logs_dir = (
+                e.launch.layout, e.launch.layout_file, e.launch.logs_dir)
+        self._write_meta()
+
+    def _on_info(self, e: ArmInfoUpdated) -> None:
+        arm = self.meta.arm(e.arm)
+        if arm is None:
+            arm = ArmMeta(name=e.arm)
+            self.meta.arms.append(arm)
+        arm.version, arm.time_scale, arm.server_args = e.info.version, e.info.time_scale, e.info.server_args()
+        self._write_meta()
+
+    def _on_tick(self, e: SamplesTick) -> None:
+        for s in e.samples:
+            self._samples.write(vars(s))
+        if e.gpus is not None:
+            self._write_gpus(e.gpus, e.ts)
+
+    def _write_gpus(self, snap: GpuSnapshot, ts: float) -> None:
+        """Every GPU of this tick (stamped with the tick's ts, so replay pairs them with its
+        samples); a host without NVML gets one row saying why."""
+        if not snap.available:
+            self._gpus.write({"ts": ts, "available": False, "reason": snap.reason})
+            return
+        for g in snap.gpus:
+            row = vars(g).copy()
+            row["gpu"] = g.index
+            # Empty cell: the driver refused the list; "-": it listed no process.
+            row["processes"] = None if g.processes is None else ";".join(
+                f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes) or "-"
+            row.update(ts=ts, available=True)
+            self._gpus.write(row)
+
+    def _on_knee(self, e: KneeCalled) -> None:
+        if e.definition == "predicted" and e.predicted is not None:
+            self.meta.predicted_knees[e.arm] = e.predicted
+            self._write_meta()
+
+    def _on_ramp(self, e: RampStarted) -> None:
+        self.meta.ramp_plan = codec.to_plain(e.plan)
+        self.meta.time_scale = dict(e.time_scale)
+        self.meta.ramp_workload = e.workload
+        self._write_meta()
+
+    def _on_request(self, e: RequestFinished) -> None:
+        self._requests.write(vars(e.record))
+
+    def _on_level(self, e: LevelFinished) -> None:
+        for r in e.results:
+            self._levels.write(vars(r))
+        self.meta.knees.update(e.knees)
+        if e.load_client:
+            self.meta.load_client.append(e.load_client)
+        self._write_meta()
+
+    def _on_marker(self, e: Marker) -> None:
+        self._samples.write({"ts": e.ts, "marker": e.label})
+        self.meta.markers.append({"ts": e.ts, "label": e.label})
+        self._write_meta()
+
+    def _late_marker(self, e: Marker) -> None:
+        late = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
+        late.write({"ts": e.ts, "marker": e.label})
+        late.close()
+        events = _AppendFile(self.out_dir / EVENTS_FILE)
+        events.write_line(codec.encode_event(e) + "\n")
+        events.close()
+        self.meta.markers.append({"ts": e.ts, "label": e.label})
+        self._write_meta()
+
+    def _on_ended(self, e: SessionEnded) -> None:
+        self.meta.end_time, self.meta.end_ts, self.meta.exit_reason = _iso(e.ts), e.ts, e.reason
+        self._write_meta()
+        self.close()
+
+    # ---- files -------------------------------------------------------------------------------
+    def _write_meta(self) -> None:
+        path = self.out_dir / "session.json"
+        tmp = path.with_suffix(".json.tmp")
+        try:
+            tmp.write_text(json.dumps(self.meta.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise RecordingError(f"{path}: cannot write ({e.strerror or e})") from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            for f in (self._samples, self._requests, self._levels, self._gpus, self._events):
+                f.close()
+            self.closed = True

@@ -1,0 +1,604 @@
+"""RampDriver: a closed-loop concurrency ramp against every arm at once.
+
+For each level C (plan.levels): every arm gets exactly C streams, each sending its next request
+as soon as the previous one ends (closed loop), for plan.level_duration_s or until
+plan.requests_per_level requests were sent per arm. The first plan.settle_s of a level are left
+out of its statistics (the previous population drains, the batch fills). When the level stops
+issuing, the requests in flight finish (drain) so slow requests are not cut out of the
+percentiles; then the level's LevelResult per arm is computed (analysis.levels), knees are
+checked (analysis.knee), and everything leaves as events (RampStarted, LevelStarted,
+LevelProgress, RequestFinished per request, KneeCalled, LevelFinished, RampFinished): the ramp
+writes nothing itself. Then `host.between_levels(i, restart)` runs (launch mode restarts
+servers there), then an optional POST /flush_cache. The ramp sees the session only through
+source.RampHost.
+
+Durations in the plan (level duration, settle) are in the arms' time: simulated seconds for a
+sped-up simulator (ArmInfo.time_scale = X), so the wall time of a level is duration / X.
+Client durations are recorded x the arm's scale; for a simulator that cannot keep up with its
+--speed on a busy CPU, the scale used is the pace it really kept (server_pace, measured from its
+own meta_info stamps; recorded per level in session.json load_client[].server_pace).
+
+All HTTP runs on LoadLoop (its own thread and event loop); this coroutine, on the session's
+loop, only starts levels, emits events and polls progress once a second. Each finished request
+is handed over to the session's loop as it finishes (loop.call_soon_threadsafe, one wake-up for
+however many finished since the last), so its requests.csv row is written within milliseconds:
+a kill -9 loses at most the requests in flight (benchmarks/kill9_rows.py counts them).
+
+A server that refuses the load is not hammered (see Backoff): after a 429 or 503, or no answer
+at all (refused, reset), each stream waits before its next request, honouring Retry-After (capped)
+or backing off exponentially with jitter; any other answer resets it. The failed requests are
+recorded as failed (requests.csv keeps their HTTP status), the time spent waiting is counted per
+arm (session.json load_client[].backoff), and a level that spent most of it waiting says so in
+its invalid_reason. A 401/403 is not retried at all: the arm's level stops at the first one, one
+Marker says why, and that arm gets no more requests for the rest of the ramp (`denied`; the
+command exits 2). A server that stopped answering is named in the level's reason ("server at URL
+stopped answering: connection refused"), never the client; an arm whose server is gone when the
+ramp ends is in `gone` (the command exits 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import threading
+import time
+from typing import Any, Optional, Sequence
+
+from specmon.analysis.knee import knees_summary, plateau_knee, queue_share, queueing_knee, queueing_ttft
+from specmon.analysis.levels import Window, level_result
+from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.loop import LoadLoop
+from specmon.load.workload import Workload
+from specmon.model import (
+    ArmSpec, KneeCalled, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished,
+    RampPlan, RampStarted, RequestFinished,
+)
+from specmon.session.folder import public_url
+from specmon.session.source import Emit, RampHost
+from specmon.sources.derive import histogram_delta
+from specmon.sources.prom import Histogram, MetricsSnapshot
+
+INFO_WAIT_S = 20.0
+PACE_TOLERANCE = 0.03
+# A stream's wait after a 429/503 or no answer (wall seconds): Retry-After when the server sends
+# one, at most RETRY_AFTER_CAP_S; else BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, each wait drawn
+# in [1/2, 1] of its step so C streams refused together do not come back together.
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 2.0
+RETRY_AFTER_CAP_S = 10.0
+BACKOFF_MOSTLY = 0.5  # a level whose streams waited this share of it or more is invalid
+_REFUSALS = (429, 503)
+_DENIALS = {401: "401 Unauthorized", 403: "403 Forbidden"}
+_STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
+
+
+class Backoff:
+    """One stream's wait before its next request, from how its last request ended."""
+
+    def __init__(self, rng: Optional[random.Random] = None):
+        self.step = 0.0
+        self._rng = rng or random.Random()
+
+    def after(self, o: RequestOutcome) -> float:
+        """Seconds to wait now: 0 after any answer but a 429/503 (or after a cancel)."""
+        refused = o.http_status in _REFUSALS
+        if not refused and o.no_answer is None:
+            self.step = 0.0
+            return 0.0
+        self.step = min(BACKOFF_MAX_S, self.step * 2 or BACKOFF_FIRST_S)
+        if refused and o.retry_after_s is not None:
+            return min(o.retry_after_s, RETRY_AFTER_CAP_S)
+        return self.step * self._rng.uniform(0.5, 1.0)
+
+
+def _lost_connection(o: RequestOutcome) -> Optional[str]:
+    """Why the server dropped this request's connection (no answer, or cut mid-response); None
+    when it answered (even with an error) or the request was cancelled."""
+    if o.status == "cancelled":
+        return None
+    if o.no_answer is not None:
+        return o.no_answer
+    return "connection closed mid-response" if o.cut_mid_response else None
+
+
+def _window_histogram(old: Optional[MetricsSnapshot], new: Optional[MetricsSnapshot], name: str) -> Optional[Histogram]:
+    """A server histogram's increase between two scrapes: the observations of one level's window.
+    None when either scrape is missing or the server restarted between them."""
+    if old is None or new is None or new is old:
+        return None
+    h_new = new.histogram(name)
+    if h_new is None:
+        return None
+    h_old = old.histogram(name)
+    return h_new if h_old is None else histogram_delta(h_new, h_old)
+
+
+def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
+    """Server seconds per wall second over a level, from the server's own stamps.
+
+    With --enable-metrics the final meta_info carries request_received_ts and
+    request_finished_ts (the simulator writes its simulated clock there). Their span over the
+    level, divided by the wall span the client saw for the same requests, is the pace the server
+    really ran at: ~1 for a real server, ~X for a simulator that keeps up with --speed X, less
+    when the simulator is CPU-bound and holds its clock back. None without those stamps.
+    """
+    first_rx = last_fin = first_sent = last_end = None
+    for o in outcomes:
+        m = o.final_meta or {}
+        rx, fin = m.get("request_received_ts"), m.get("request_finished_ts")
+        if o.status != "ok" or not isinstance(rx, (int, float)) or not isinstance(fin, (int, float)):
+            continue
+        end = o.wall(o.t_end)
+        first_rx = rx if first_rx is None else min(first_rx, rx)
+        last_fin = fin if last_fin is None else max(last_fin, fin)
+        first_sent = o.t_sent_wall if first_sent is None else min(first_sent, o.t_sent_wall)
+        last_end = end if last_end is None else max(last_end, end)
+    if first_rx is None or last_end - first_sent <= 1.0:
+        return None  # under a wall second the network and HTTP latencies would dominate
+    return (last_fin - first_rx) / (last_end - first_sent)
+
+
+class _LevelState:
+    """Shared between the load thread (writes) and the session loop (reads): appends only."""
+
+    def __init__(self, arms: Sequence[str]):
+        self.outcomes: dict[str, list[RequestOutcome]] = {a: [] for a in arms}
+        self.finished: collections.deque[tuple[str, RequestOutcome]] = collections.deque()
+        self.done: dict[str, int] = {a: 0 for a in arms}
+        self.t0 = time.time()
+        self.window_t0 = self.t0
+        self.t_stop: Optional[float] = None
+        self.paused_during = False
+        # Per arm: wall seconds streams spent backing off, the 429/503 answers, the requests with
+        # no answer (by why), and each stream's last connection loss (None: its last request got
+        # an answer); a server is gone when every stream's last request lost its connection.
+        self.backoff_s: dict[str, float] = {a: 0.0 for a in arms}
+        self.refused: dict[str, collections.Counter] = {a: collections.Counter() for a in arms}
+        self.no_answer: dict[str, collections.Counter] = {a: collections.Counter() for a in arms}
+        self.stream_lost: dict[str, dict[int, Optional[str]]] = {a: {} for a in arms}
+        self.streams: dict[str, int] = {a: 0 for a in arms}
+        # The hand-over to the session's loop: `wake` schedules the drain there; `woken` is set
+        # by the load thread when it schedules one and cleared by the drain before it drains.
+        self.notices: collections.deque[str] = collections.deque()
+        self.wake: Optional[Any] = None
+        self.woken = False
+
+
+class RampDriver:
+    def __init__(self, arms: Sequence[ArmSpec], plan: RampPlan, *, workload: Optional[Workload] = None):
+        if not plan.levels:
+            raise ValueError("RampPlan.levels is empty")
+        self.arms = list(arms)
+        self.plan = plan
+        self.workload = workload or Workload(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer,
+                                             dataset=plan.dataset, category=plan.category)
+        self.results: dict[str, list[LevelResult]] = {a.name: [] for a in self.arms}
+        self.knees: dict[str, KneesSummary] = {}
+        self.scales: dict[str, float] = {}
+        self._measured: dict[str, float] = {}  # simulator pace measured on the last level, per arm
+        self.client_stats: list[dict[str, Any]] = []
+        self._paused = threading.Event()
+        self._skip = threading.Event()
+        self._next_prompt: dict[str, int] = {a.name: 0 for a in self.arms}
+        self._called: set[tuple[str, str]] = set()
+        self._load: Optional[LoadLoop] = None
+        # The raw outcomes of the last finished level (per arm), for benchmarks and checks;
+        # earlier levels are dropped (token stamps of a long ramp would not fit in memory).
+        self.last_outcomes: dict[str, list[RequestOutcome]] = {}
+        self.last_window: Optional[Window] = None
+        # arm -> why it got no more requests: its server answered 401/403 (the command exits 2)
+        self.denied: dict[str, str] = {}
+        # arm -> why its server is gone: every stream's last request lost its connection on the
+        # last level that sent it any (the command exits 3 when one is left at the end)
+        self.gone: dict[str, str] = {}
+
+    # ---- controls (any thread) --------------------------------------------------------------
+    def pause(self) -> None:
+        """Stop issuing new requests (those in flight finish); the level clock stops."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+
+    def skip_level(self) -> None:
+        """End the current level now: stop issuing and cancel what is in flight."""
+        self._skip.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    # ---- the ramp ---------------------------------------------------------------------------
+    async def run(self, emit: Emit, live: RampHost) -> str:
+        self._load = load = LoadLoop()
+        load.start_lag_probe()
+        top = max(self.plan.levels)
+        clients: dict[str, GenerateClient] = {}
+        reason = "done"
+        try:
+            for arm in self.arms:
+                clients[arm.name] = await load.submit(self._make_client(arm, top))
+            await self._read_scales(live)
+            emit(RampStarted(plan=self.plan, time_scale=dict(self.scales), workload=self.workload.describe()))
+            for i, c in enumerate(self.plan.levels):
+                await self._run_level(i, c, clients, emit, live)
+                if len(self.denied) == len(self.arms):
+                    reason = "stopped: every server refused the credentials"
+                    break
+                if i < len(self.plan.levels) - 1:
+                    await live.between_levels(i, self.plan.restart_between_levels)
+                    if self.plan.flush_cache:
+                        for arm in self.arms:
+                            if arm.name in self.denied:
+                                continue
+                            err = await load.submit(clients[arm.name].flush_cache())
+                            if err:
+                                live.mark(f"flush_cache {arm.name} failed: {err}")
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            emit(RampFinished(reason=reason))
+            raise
+        except Exception as e:
+            reason = f"error: {type(e).__name__}: {e}"
+            emit(RampFinished(reason=reason))
+            raise
+        finally:
+            live.set_level(None, None)
+            for c in clients.values():
+                try:
+                    await asyncio.wait_for(load.submit(c.aclose()), 5)
+                except Exception:
+                    pass
+            load.stop()
+        emit(RampFinished(reason=reason))
+        return reason
+
+    async def _make_client(self, arm: ArmSpec, top: int) -> GenerateClient:
+        return GenerateClient(arm.url, max_concurrency=top, timeout_s=self.plan.timeout_s, api_key_env=arm.api_key_env)
+
+    async def _read_scales(self, live: RampHost) -> None:
+        """Each arm's time_scale from live.info(); waits for the first /server_info a while."""
+        deadline = time.monotonic() + INFO_WAIT_S
+        while True:
+            missing = []
+            for arm in self.arms:
+                info = live.info(arm.name)
+                known = info is not None and (info.model is not None or info.version is not None
+                                              or info.kv_capacity_tokens is not None)
+                if known:
+                    self.scales[arm.name] = float(info.time_scale or 1.0)
+                else:
+                    missing.append(arm.name)
+            if not missing or time.monotonic() > deadline:
+                for name in missing:
+                    self.scales[name] = 1.0
+                return
+            await asyncio.sleep(0.2)
+
+    def _pace(self) -> float:
+        """Server seconds per wall second to plan the next level with: the slowest arm's pace
+        (measured on the previous level when it differed from the reported scale), so every arm
+        gets at least the planned duration in its own time."""
+        paces = [self._measured.get(a, s) for a, s in self.scales.items()]
+        return min(paces) if paces else 1.0
+
+    def _wall(self, arm_seconds: float) -> float:
+        return arm_seconds / self._pace()
+
+    async def _run_level(self, i: int, c: int, clients: dict[str, GenerateClient], emit: Emit, live: RampHost) -> None:
+        plan = self.plan
+        live.set_level(i, c)
+        self._skip.clear()
+        emit(LevelStarted(level=i, offered_concurrency=c, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
+                          levels_total=len(plan.levels)))
+        level = _LevelState([a.name for a in self.arms])
+        for client in clients.values():
+            await self._load.submit(client.drop_idle())  # idle since the last level: maybe closed
+        cpu0 = self._load.cpu_s
+        self._load.lag_stats(reset=True)
+        loop = asyncio.get_running_loop()
+
+        def drain() -> None:  # on the session's loop: the finished requests and notices so far
+            level.woken = False  # first: a request finishing from here on schedules another drain
+            self._emit_finished(level, i, c, emit)
+            while level.notices:
+                live.mark(level.notices.popleft())
+
+        def wake() -> None:  # on the load thread
+            loop.call_soon_threadsafe(drain)
+
+        level.wake = wake
+        fut = self._load.submit(self._level_on_load_loop(i, c, level, clients))
+        opened: Optional[dict[str, Any]] = None  # each arm's /metrics scrape when the window opened
+        while not fut.done():
+            try:
+                await asyncio.wait([fut], timeout=1.0)
+            except asyncio.CancelledError:
+                fut.cancel()  # reaches the task on the load loop
+                raise
+            if opened is None and time.time() >= level.window_t0:
+                opened = {a.name: live.newest_metrics(a.name) for a in self.arms}
+            drain()
+            elapsed = (time.time() - level.t0) * self._pace()
+            emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
+                               done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed)))
+        level.wake = None
+        fut.result()
+        drain()
+        t_end = time.time()
+        results = []
+        for arm in self.arms:
+            window = Window(level.window_t0, level.t_stop or t_end)
+            if window.length <= 0:
+                window = Window(level.t0, level.t_stop or t_end)  # level shorter than its settle: use all of it
+            info = live.info(arm.name)
+            r = level_result(arm.name, i, c, level.outcomes[arm.name], window, level.t0, level.t_stop or t_end,
+                             live.samples_for(arm.name, window.t0, window.t1),
+                             scale=self._scale(arm.name, level.outcomes[arm.name]),
+                             max_running=info.max_running_requests if info is not None else None,
+                             queue_hist=_window_histogram((opened or {}).get(arm.name), live.newest_metrics(arm.name),
+                                                          "queue_time_seconds"),
+                             slo_ttft_s=plan.slo_ttft_s, slo_tpot_s=plan.slo_tpot_s)
+            if level.paused_during:  # the window holds idle time: its rates and shares mean nothing
+                r.valid = False
+                r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
+            self._explain_failures(arm, r, level, (level.t_stop or t_end) - level.t0)
+            r.queue_ttft_share = queue_share(r)
+            note = queueing_ttft(r)
+            r.ttft_note = note[1] if note else None
+            results.append(r)
+            self.results[arm.name].append(r)
+            self._call_knees(arm.name, r, emit, live)
+        self.last_outcomes = level.outcomes
+        self.last_window = Window(level.window_t0, level.t_stop or t_end)
+        tokens = sum(o.completion_tokens or 0 for outs in level.outcomes.values() for o in outs)
+        cpu = self._load.cpu_s - cpu0
+        stats = {"level": i, "offered_concurrency": c, "tokens": tokens, "client_cpu_s": round(cpu, 3),
+                 "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
+                 **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
+        paces = {}
+        for arm in self.arms:
+            pace = server_pace(level.outcomes[arm.name])
+            nominal = self.scales.get(arm.name, 1.0)
+            if pace is None:
+                continue
+            paces[arm.name] = round(pace, 4)
+            if nominal != 1.0:
+                self._measured[arm.name] = pace
+            if nominal != 1.0 and abs(pace / nominal - 1) > PACE_TOLERANCE:
+                live.mark(f"{arm.name}: the simulator kept x{pace:.2f}, not the x{nominal:g} it reports "
+                          f"(CPU-bound); level {i} figures use the measured pace")
+        stats["server_pace"] = paces or None
+        backoff = {}
+        for arm in self.arms:
+            a = arm.name
+            if level.backoff_s[a] or level.refused[a] or level.no_answer[a]:
+                span = level.streams[a] * ((level.t_stop or t_end) - level.t0)
+                backoff[a] = {"backoff_s": round(level.backoff_s[a], 3),
+                              "backoff_share": round(level.backoff_s[a] / span, 4) if span > 0 else None,
+                              **{f"http_{code}": n for code, n in sorted(level.refused[a].items())},
+                              **({"no_answer": dict(level.no_answer[a])} if level.no_answer[a] else {})}
+        stats["backoff"] = backoff or None
+        self.client_stats.append(stats)
+        emit(LevelFinished(level=i, results=results, knees={a.name: self.knees[a.name] for a in self.arms
+                                                           if a.name in self.knees}, load_client=stats))
+
+    def _wall_eta(self, i: int, elapsed: float) -> Optional[float]:
+        """Wall seconds until the ramp ends: what the operator waits (level times are the arms')."""
+        eta = self._eta(i, elapsed)
+        return None if eta is None else eta / self._pace()
+
+    def _eta(self, i: int, elapsed: float) -> Optional[float]:
+        d = self.plan.level_duration_s
+        if self.plan.requests_per_level or not d:
+            return None
+        return max(d - elapsed, 0.0) + d * (len(self.plan.levels) - i - 1)
+
+    def _scale(self, arm: str, outcomes: Sequence[RequestOutcome]) -> float:
+        """Server seconds per wall second for this arm's records: the reported time_scale, or,
+        for a simulator (time_scale != 1) whose measured pace differs, the pace it really kept.
+        A real server's stamps are never used this way (its clock may be offset from ours)."""
+        nominal = self.scales.get(arm, 1.0)
+        if nominal == 1.0:
+            return 1.0
+        pace = server_pace(outcomes)
+        return pace if pace is not None else nominal
+
+    def _record_scale(self, arm: str) -> float:
+        """The scale a request's row is written with as soon as it finishes: the one known so far.
+
+        For a real server (time_scale 1.0) this is exact: _scale never uses a real server's own
+        stamps, so the level's figures use 1.0 too. For a sped-up simulator it is the pace
+        measured on the previous level, or its reported --speed before any was measured; the
+        level's figures use the pace measured over this whole level, which differs by at most
+        PACE_TOLERANCE unless a mark says the simulator fell behind. Such rows' TTFT, e2e and
+        TPOT come from the simulator's own stamps (timing "server") and need no scale at all."""
+        nominal = self.scales.get(arm, 1.0)
+        return 1.0 if nominal == 1.0 else self._measured.get(arm, nominal)
+
+    def _emit_finished(self, level: _LevelState, i: int, c: int, emit: Emit) -> None:
+        while level.finished:
+            arm, o = level.finished.popleft()
+            in_window = o.t_sent_wall is not None and o.t_sent_wall >= level.window_t0
+            emit(RequestFinished(record=o.record(arm, i, c, self._record_scale(arm), in_window)))
+
+    def _explain_failures(self, spec: ArmSpec, r: LevelResult, level: _LevelState, wall_s: float) -> None:
+        """Put what the server did first in the level's reason, and take out what would blame the
+        client for it: a client that waits because the server said 503, or holds nothing in
+        flight because nothing answers, is not the bottleneck. Also updates `gone`."""
+        name, url = spec.name, public_url(spec.url)
+        blames_client = ("client held only", "server reported")
+        reasons = [x for x in (r.invalid_reason or "").split("; ") if x]
+        first: list[str] = []
+        if name in self.denied:
+            first.append(self.denied[name] if level.streams[name] else f"not sent: {self.denied[name]}")
+            reasons = [x for x in reasons if x != "no request succeeded" and not x.startswith(blames_client)]
+        lost = level.stream_lost[name]
+        if lost and all(why is not None for why in lost.values()):
+            whys = collections.Counter(why for why in lost.values())
+            self.gone[name] = f"server at {url} stopped answering: {whys.most_common(1)[0][0]}"
+            first.append(self.gone[name])
+        elif any(why is None for why in lost.values()):
+            self.gone.pop(name, None)  # it answered on this level after all
+        if level.no_answer[name] and name not in self.gone:
+            n = sum(level.no_answer[name].values())
+            why = level.no_answer[name].most_common(1)[0][0]
+            first.append(f"server at {url} did not answer {n} of {r.ok + r.failed} requests ({why})")
+        if first and name not in self.denied:
+            reasons = [x for x in reasons if not x.startswith(blames_client)]
+        refused = level.refused[name]
+        span = level.streams[name] * wall_s
+        share = level.backoff_s[name] / span if span > 0 else 0.0
+        if refused:
+            answers = ", ".join(f"{n} answered {_STATUS_TEXT.get(code, code)}" for code, n in sorted(refused.items()))
+            said = f"streams spent {share:.0%} of the level backing off ({answers})"
+            if share >= BACKOFF_MOSTLY:
+                first.append(said)
+                reasons = [x for x in reasons if not x.startswith(blames_client)]
+            elif any(x.startswith(blames_client) for x in reasons):
+                first.append(said)  # it held fewer in flight because the server asked it to wait
+                reasons = [x for x in reasons if not x.startswith(blames_client)]
+        if first:
+            r.valid = False
+            r.invalid_reason = "; ".join(first + reasons)
+
+    def _call_knees(self, arm: str, r: LevelResult, emit: Emit, live: RampHost) -> None:
+        levels = self.results[arm]
+        for k in (plateau_knee(levels), queueing_knee(levels)):
+            if k.confirmed_at == r.level and (arm, k.definition) not in self._called:
+                self._called.add((arm, k.definition))
+                if r.knee is None:
+                    r.knee = k.definition  # first definition to confirm here labels the row
+                emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail,
+                                resolved=k.values.get("resolved")))
+        self.knees[arm] = knees_summary(levels, live.predicted(arm),
+                                        slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s)
+
+    # ---- on the load loop -------------------------------------------------------------------
+    @staticmethod
+    def _finished(level: _LevelState, arm: str, o: RequestOutcome) -> None:
+        """Queue a finished request for the session's loop and wake it (once until it drains)."""
+        level.finished.append((arm, o))
+        if not level.woken and level.wake is not None:
+            level.woken = True
+            try:
+                level.wake()
+            except RuntimeError:  # the session's loop is closed: the level's own end drains it
+                pass
+
+    def _deny(self, level: _LevelState, arm: str, denial: str) -> None:
+        """The first 401/403: the arm gets no more requests, for the rest of the ramp."""
+        if arm in self.denied:
+            return
+        spec = next(a for a in self.arms if a.name == arm)
+        hint = (f"check --api-key-env (the key in ${spec.api_key_env} was refused)" if spec.api_key_env
+                else "it wants an API key: pass --api-key-env VAR")
+        self.denied[arm] = f"server at {public_url(spec.url)} answered {denial}: {hint}"
+        level.notices.append(f"{arm}: {self.denied[arm]}; no more requests go to it")
+
+    async def _level_on_load_loop(self, i: int, c: int, level: _LevelState, clients: dict[str, GenerateClient]) -> None:
+        plan = self.plan
+        level.t0 = time.time()
+        level.window_t0 = level.t0 + self._wall(plan.settle_s)
+        stop = asyncio.Event()
+        issued = {a.name: 0 for a in self.arms}
+
+        async def nap(seconds: float) -> float:
+            """Wait `seconds` or until the level stops; the wall seconds waited."""
+            t = time.monotonic()
+            try:
+                await asyncio.wait_for(stop.wait(), seconds)
+            except asyncio.TimeoutError:
+                pass
+            return time.monotonic() - t
+
+        async def worker(arm: str, k: int) -> None:
+            client = clients[arm]
+            backoff = Backoff()
+            while not stop.is_set():
+                if arm in self.denied:  # 401/403: this arm gets nothing more
+                    return
+                if self._paused.is_set():
+                    level.paused_during = True
+                    await asyncio.sleep(0.05)
+                    continue
+                if plan.requests_per_level and issued[arm] >= plan.requests_per_level:
+                    return
+                issued[arm] += 1
+                if plan.requests_per_level and level.t_stop is None and all(
+                        n >= plan.requests_per_level for a, n in issued.items() if a not in self.denied):
+                    level.t_stop = time.time()  # the last request is out: the level stops issuing now
+                idx = self._next_prompt[arm]
+                self._next_prompt[arm] = idx + 1
+                o = RequestOutcome(request_id=f"{arm}-L{i}-{issued[arm]}", t_scheduled_wall=time.time(),
+                                   t_scheduled=time.perf_counter())
+                level.outcomes[arm].append(o)
+                try:
+                    await client.generate(self.workload.prompt(idx), plan.output_len, o)
+                except asyncio.CancelledError:
+                    o.status, o.error = "cancelled", "level skipped or ramp stopped"
+                    self._finished(level, arm, o)
+                    raise
+                except Exception as e:  # never let one request end the ramp
+                    o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
+                level.done[arm] += 1
+                if o.status != "cancelled":
+                    level.stream_lost[arm][k] = _lost_connection(o)
+                denial = _DENIALS.get(o.http_status) if o.status != "ok" else None
+                if denial is not None:
+                    self._deny(level, arm, denial)
+                    self._finished(level, arm, o)
+                    return
+                if o.no_answer is not None:
+                    level.no_answer[arm][o.no_answer] += 1
+                    if sum(level.no_answer[arm].values()) == 1:
+                        level.notices.append(f"{arm}: server at {urls[arm]} gave no answer ({o.no_answer}); "
+                                             "its streams back off and retry")
+                if o.http_status in _REFUSALS and o.status != "ok":
+                    level.refused[arm][o.http_status] += 1
+                    if sum(level.refused[arm].values()) == 1:
+                        how = (f"Retry-After {o.retry_after_s:g} s (waits capped at {RETRY_AFTER_CAP_S:g} s)"
+                               if o.retry_after_s is not None else
+                               f"{BACKOFF_FIRST_S * 1000:g} ms doubling to {BACKOFF_MAX_S:g} s")
+                        level.notices.append(f"{arm}: server answered {_STATUS_TEXT[o.http_status]}; "
+                                             f"each stream backs off ({how}) until it answers")
+                self._finished(level, arm, o)  # after the notices: one wake-up hands over both
+                wait = backoff.after(o)
+                if wait > 0:
+                    level.backoff_s[arm] += await nap(wait)
+
+        urls = {a.name: public_url(a.url) for a in self.arms}
+        live_arms = [a.name for a in self.arms if a.name not in self.denied]
+        for a in live_arms:
+            level.streams[a] = c
+        tasks = [asyncio.create_task(worker(a, k)) for a in live_arms for k in range(c)]
+        duration = None if plan.requests_per_level else self._wall(plan.level_duration_s or 60.0)
+        try:
+            left = duration
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.02)
+                now = time.monotonic()
+                if not self._paused.is_set() and left is not None:
+                    left -= now - last
+                last = now
+                if self._skip.is_set():
+                    level.t_stop = time.time()
+                    stop.set()
+                    for t in tasks:
+                        t.cancel()
+                    break
+                if left is not None and left <= 0:
+                    break
+                if all(t.done() for t in tasks):  # every request out (or every arm denied)
+                    break
+            if level.t_stop is None:
+                level.t_stop = time.time()
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)  # drain what is in flight
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise

@@ -1,0 +1,109 @@
+"""The typed seams of a session: what a front end drives, what the ramp needs, what a launcher
+provides, and how one event reaches every consumer.
+
+- `SessionSource`: what the TUI and the headless printer run. `LiveSession` (live.py) and
+  `ReplaySource` (replay.py) implement it; a front end never probes for attributes.
+- `RampHost`: the narrow view of the live session the ramp (ramp.py) works through.
+- `Supervision`: what launch mode plugs into the live session (servers/launch.py Supervisor).
+- `fan_out`: one `emit` that calls each consumer in turn (the session folder's writer first,
+  then the front end, then any other: an exporter, a test's list).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Callable, Optional, Protocol, runtime_checkable
+
+from specmon.model import ArmInfo, ArmSpec, Event, PredictedKnee, Sample
+from specmon.sources.prom import MetricsSnapshot
+
+Emit = Callable[[Event], None]
+
+
+def fan_out(*consumers: Optional[Emit]) -> Emit:
+    """An emit that hands each event to every consumer, in the order given (None skipped)."""
+    chain = tuple(c for c in consumers if c is not None)
+
+    def emit(e: Event) -> None:
+        for consume in chain:
+            consume(e)
+
+    return emit
+
+
+@runtime_checkable
+class SessionSource(Protocol):
+    """A session a front end can run: live, launched or replayed."""
+
+    arms: list[ArmSpec]
+    out_dir: Optional[Path]  # where it is recorded (a replay: the folder it plays)
+    mode_label: str  # "live" | "replay x2" ...: the status bar's words
+    stop_reason: Optional[str]  # whoever sets the stop event may say why first
+
+    async def run(self, emit: Emit, stop: asyncio.Event) -> str:
+        """Emit the session's events until it ends or `stop` is set; the exit reason."""
+        ...
+
+    def mark(self, label: str) -> None:
+        ...
+
+    def pause_ramp(self) -> bool:
+        """False when there is no ramp to pause."""
+        ...
+
+    def resume_ramp(self) -> bool:
+        ...
+
+    def skip_level(self) -> bool:
+        """False when there is no ramp level to skip."""
+        ...
+
+
+class RampHost(Protocol):
+    """What the ramp may ask of the live session it runs in, and nothing more."""
+
+    def set_level(self, level: Optional[int], offered: Optional[int]) -> None:
+        ...
+
+    def info(self, arm: str) -> Optional[ArmInfo]:
+        ...
+
+    def samples_for(self, arm: str, t0: float, t1: float) -> list[Sample]:
+        ...
+
+    def newest_metrics(self, arm: str) -> Optional[MetricsSnapshot]:
+        """The arm's latest /metrics scrape (cumulative), None without /metrics."""
+        ...
+
+    def predicted(self, arm: str) -> Optional[PredictedKnee]:
+        ...
+
+    def mark(self, label: str) -> None:
+        ...
+
+    async def between_levels(self, level_index: int, restart: bool) -> None:
+        ...
+
+
+class Supervision(Protocol):
+    """Launch mode: the servers specmon started (servers/launch.py Supervisor)."""
+
+    @property
+    def arms(self) -> list[ArmSpec]:
+        ...
+
+    async def start(self, emit: Emit) -> None:
+        ...
+
+    async def restart(self, emit: Optional[Emit] = None) -> None:
+        ...
+
+    def stop(self) -> None:
+        ...
+
+    def fill_from_log(self, s: Sample) -> Sample:
+        ...
+
+    def gpu_indices(self) -> dict[str, list[int]]:
+        ...

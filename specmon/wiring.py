@@ -1,0 +1,214 @@
+"""What the commands share, so that no command module imports another one:
+
+- the servers named on the command line (`arms_from_args`: URLs, `--name NAME=URL`, the key's
+  environment variable), checked before anything starts;
+- the consent a ramp needs before it sends load to another machine (`require_loopback_or_yes`);
+- the workload, read before any server starts or any request is sent (`load_workload`);
+- running a session through the TUI or headless, and exit 3 when no server ever answered
+  (`run_front_end`, `require_an_answer`), alike for attach, ramp, launch, demo and replay; after
+  a ramp also exit 2 when a server refused the credentials (401/403) and exit 3 when a server
+  stopped answering and was still gone at the end of the ramp;
+- running a layout: launch its servers, ramp them, watch, stop them (`run_layout`).
+
+Heavy parts (the session, the ramp, the TUI) are imported where they are used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+from urllib.parse import urlsplit
+
+from specmon.errors import ServerError, UsageError
+from specmon.model import ArmSpec, RampPlan
+from specmon.session.folder import public_url
+from specmon.session.source import SessionSource
+from specmon.urls import is_loopback, normalize_url
+
+if TYPE_CHECKING:
+    from specmon.load.workload import Workload
+    from specmon.servers.layout import Layout
+    from specmon.session.live import LiveSession
+    from specmon.session.ramp import RampDriver
+
+# Bad dataset lines named one by one on stderr before the count (the rest only counted).
+_SKIPPED_SHOWN = 5
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # as a layout's api_key_env
+
+
+# --------------------------------------------------------------------------------------------
+# Servers from the command line
+
+
+def check_url(url: str, what: str) -> str:
+    """The base URL of `url`, or a UsageError `WHAT: expected ...`."""
+    try:
+        return normalize_url(url)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+
+
+def _default_name(url: str, taken: set[str]) -> str:
+    u = urlsplit(url)
+    name = f"{u.hostname}:{u.port}" if u.port else (u.hostname or url)
+    if u.hostname in ("127.0.0.1", "localhost") and u.port:
+        name = f":{u.port}"
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}#{i}", i + 1
+    return name
+
+
+def arms_from_args(urls: Sequence[str], names: Sequence[str], api_key_env: Optional[str]) -> list[ArmSpec]:
+    if api_key_env is not None and not _ENV_NAME.match(api_key_env):
+        raise UsageError(f"--api-key-env {api_key_env!r}: expected the NAME of an environment variable")
+    if api_key_env is not None and not os.environ.get(api_key_env):
+        raise UsageError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set or empty")
+    arms: list[ArmSpec] = []
+    taken: set[str] = set()
+    for item in names:
+        if "=" not in item:
+            raise UsageError(f"--name {item!r}: expected NAME=URL")
+        name, url = item.split("=", 1)
+        name = name.strip()
+        if not name:
+            raise UsageError(f"--name {item!r}: the name is empty (expected NAME=URL)")
+        if not name.isprintable():
+            raise UsageError(f"--name {item!r}: expected a name of printable characters")
+        if name in taken:
+            raise UsageError(f"--name {item!r}: the name {name!r} is used twice")
+        arms.append(ArmSpec(name=name, url=check_url(url, f"--name {name}"), api_key_env=api_key_env))
+        taken.add(name)
+    for url in urls:
+        norm = check_url(url, "URL")
+        name = _default_name(norm, taken)
+        arms.append(ArmSpec(name=name, url=norm, api_key_env=api_key_env))
+        taken.add(name)
+    if not arms:
+        raise UsageError("expected at least one server URL (or --name NAME=URL)")
+    return arms
+
+
+def require_loopback_or_yes(arms: Sequence[ArmSpec], yes: bool) -> None:
+    """A ramp sends generation load: to a server that is not on this machine (by address: the
+    name is never resolved) only with --yes. Checked before any connection is made."""
+    if yes:
+        return
+    remote = [a for a in arms if not is_loopback(a.url)]
+    if remote:
+        urls = ", ".join(public_url(a.url) for a in remote)
+        raise UsageError(f"{urls}: not a loopback address and a ramp sends generation load to it; "
+                         "pass --yes to send it anyway")
+
+
+# --------------------------------------------------------------------------------------------
+# The workload
+
+
+def load_workload(plan: RampPlan) -> "Workload":
+    """The plan's prompts, read now: a bad dataset is exit 2 before anything starts or is sent.
+    Bad lines are named on stderr (the first few) and counted."""
+    from specmon.load.workload import Workload
+
+    workload = Workload(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer,
+                        dataset=plan.dataset, category=plan.category)
+    skipped = workload.skipped
+    for warning in skipped[:_SKIPPED_SHOWN]:
+        print(f"specmon: warning: skipped {warning}", file=sys.stderr)
+    if skipped:
+        print(f"specmon: warning: {len(skipped)} bad line(s) skipped in {plan.dataset}", file=sys.stderr)
+    return workload
+
+
+def ramp_driver(arms: Sequence[ArmSpec], plan: RampPlan, workload: "Workload") -> "RampDriver":
+    from specmon.session.ramp import RampDriver
+
+    return RampDriver(arms, plan, workload=workload)
+
+
+# --------------------------------------------------------------------------------------------
+# Front end
+
+
+def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s: Optional[float] = None,
+                  ramp: Optional["RampDriver"] = None) -> str:
+    """Runs `live` (a LiveSession or a ReplaySource) to its end; returns the exit reason.
+    Headless with a ramp, the whole per-level table is printed once more at the end."""
+    if not headless:
+        from specmon.tui.app import run_tui  # lazy: the data core never imports Textual
+
+        return run_tui(live, title=title)
+    from specmon.headless import run_headless
+
+    reason = run_headless(live, duration_s)
+    results = [r for rs in zip(*ramp.results.values()) for r in rs] if ramp is not None else []
+    if results:
+        from specmon.analysis.table import format_level_table
+
+        print(format_level_table(results))
+    return reason
+
+
+def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
+    """Exit code 3 when not one server answered during the whole session, naming each and why.
+    With a ramp: exit 2 when a server answered 401/403 (bad or missing credentials are bad
+    input), else exit 3 when a server was gone at the end of the ramp (RampDriver.denied, .gone)."""
+    ramp = live.ramp
+    if ramp is not None and ramp.denied:
+        raise UsageError("; ".join(f"{name}: {why}" for name, why in ramp.denied.items()))
+    never = live.never_answered()
+    if never and len(never) == len(arms):
+        names = "; ".join(f"{spec.name} ({public_url(spec.url)}): {reason}" for spec, reason in never)
+        raise ServerError(f"no server answered: {names}")
+    if ramp is not None and ramp.gone:
+        raise ServerError("; ".join(f"{name}: {why}" for name, why in ramp.gone.items())
+                          + " (still gone when the ramp ended)")
+
+
+# --------------------------------------------------------------------------------------------
+# A layout, end to end (launch and demo)
+
+
+def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval: Optional[float], title: str) -> int:
+    """Start the layout's servers, ramp them if it has a ramp, watch, record; stop every launched
+    server at the end, whatever happened."""
+    from specmon.servers.launch import Supervisor
+    from specmon.session.folder import default_out_dir
+
+    plan = layout.plan()
+    workload = load_workload(plan) if plan is not None else None
+    out_dir = Path(out) if out else default_out_dir()
+    supervisor = Supervisor(layout, out_dir)
+    try:
+        return _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title)
+    finally:
+        supervisor.stop()  # every launched process group, whatever happened above
+
+
+def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title) -> int:
+    from specmon.model import LaunchContext
+    from specmon.session.live import LiveSession
+
+    arms = supervisor.arms
+    ramp = ramp_driver(arms, plan, workload) if plan is not None else None
+    context = LaunchContext(layout=layout.model_dump(mode="json", exclude={"source"}),
+                            layout_file=layout.source, logs_dir=str(supervisor.log_dir))
+    live = LiveSession(
+        arms, interval=interval or layout.interval_s, out_dir=out_dir,
+        isl=plan.input_len if plan else 1024, osl=plan.output_len if plan else 256,
+        ramp=ramp, supervisor=supervisor, gpu_indices=supervisor.gpu_indices(), mode="launch", launch=context,
+        panes=layout.panes,
+    )
+    reason = run_front_end(live, headless=headless, ramp=ramp, title=title)
+    failed = supervisor.failed()
+    for name, cause in failed.items():
+        print(f"specmon: arm {name!r} failed: {cause} (log: {supervisor.log_dir / (name + '.log')})", file=sys.stderr)
+    if supervisor.launched and len(failed) == len(supervisor.launched) and not layout.attached_specs():
+        raise ServerError("every launched server failed: " + "; ".join(f"{n}: {c}" for n, c in failed.items()))
+    if isinstance(reason, str) and reason.startswith("error"):
+        print(f"specmon: {reason}", file=sys.stderr)
+        return 1
+    return 0
