@@ -61,6 +61,7 @@ class LiveSession:
         mode: str = "attach",
         launch: Optional[LaunchContext] = None,
         panes: Optional[Sequence[str]] = None,
+        consumers: Sequence[Emit] = (),
     ):
         self.arms = list(arms)
         self.interval = interval
@@ -77,6 +78,8 @@ class LiveSession:
         self.mode_label = "live"
         self.launch = launch
         self.panes = list(panes) if panes is not None else None
+        # More consumers of the event stream (an exporter...), after the writer and the front end.
+        self.consumers = list(consumers)
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
         self._collectors: dict[str, ArmCollector] = {}
@@ -139,7 +142,7 @@ class LiveSession:
 
     # ---- the loop -----------------------------------------------------------------------------
     async def run(self, emit: Emit, stop: asyncio.Event) -> str:
-        emit = self._emit = fan_out(self.writer, emit)
+        emit = self._emit = fan_out(self.writer, emit, *self.consumers)
         reason = "stopped"
         ramp_task: Optional[asyncio.Task] = None
         try:
