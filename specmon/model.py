@@ -282,7 +282,10 @@ class LevelResult:
     littles_law_ratio: Optional[float] = None  # completions/s x mean e2e / C: ~1 in a valid closed loop
     valid: bool = True
     invalid_reason: Optional[str] = None
-    knee: Optional[str] = None  # "plateau" | "queueing" on the level where a knee is confirmed
+    # The knee's own level carries its definition ("plateau", "queueing", both ";"-separated), even
+    # when it was confirmed a level or two later; the confirming level names it in knee_confirmed.
+    knee: Optional[str] = None
+    knee_confirmed: Optional[str] = None
     # added by LOAD: inputs of the queueing knee and of the queueing-TTFT call
     queue_time_mean_s: Optional[float] = None  # server queue time per request, mean (meta_info or histogram)
     capped_share: Optional[float] = None  # share of samples with running at the cap or KV >= 95 %
@@ -305,7 +308,7 @@ LEVEL_COLUMNS = [
     "level", "ttft_mean_s", "e2e_mean_s", "running_mean", "queued_mean", "queued_share",
     "littles_law_ratio", "valid", "invalid_reason",
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
-    "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment",
+    "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed",
 ]
 
 
@@ -457,6 +460,8 @@ class KneeCalled(Event):
     # plateau only: its 95% bounds settle it (True), it is within the noise (False), no SEs (None)
     resolved: Optional[bool] = None
     predicted: Optional[PredictedKnee] = None  # definition "predicted" only: every figure behind it
+    knee_level: Optional[int] = None  # plateau/queueing: the level index the knee is at (its row is labelled)
+    confirmed_level: Optional[int] = None  # plateau/queueing: the level index that confirmed it
 
 
 @dataclass

@@ -129,6 +129,16 @@ def test_knee_found_near_the_kv_prediction(tmp_path):
     assert all(lv["valid"] in ("1", "True", "true") for lv in levels), [lv["invalid_reason"] for lv in levels]
     session = json.loads((tmp_path / "session.json").read_text())
     assert session["knees"]["sim"]["queueing"] == knees["queueing"].concurrency
+    # Each knee is marked on its own level's row, its confirmation on the confirming level's row.
+    k = session["knees"]["sim"]
+    for definition in ("plateau", "queueing"):
+        if k[definition] is None:
+            continue
+        own = [lv for lv in levels if definition in lv["knee"].split(";")]
+        assert [float(lv["offered_concurrency"]) for lv in own] == [k[definition]], (definition, levels)
+        confirming = [int(lv["level"]) for lv in levels if definition in lv["knee_confirmed"].split(";")]
+        assert confirming == [k[f"{definition}_confirmed_at_level"]]
+        assert int(own[0]["level"]) < confirming[0]
     # past the knee the TTFT is mostly queue, and says so
     last = levels[-1]
     assert float(last["queue_ttft_share"]) > 0.5 and "queue" in last["ttft_note"]

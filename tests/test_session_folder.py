@@ -10,7 +10,7 @@ import pytest
 
 from specmon.errors import UsageError
 from specmon.model import (
-    LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmSpec, LevelFinished, LevelResult, Marker, RampPlan, RampStarted,
+    LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmSpec, KneeCalled, LevelFinished, LevelResult, Marker, RampPlan, RampStarted,
     RequestFinished, RequestRecord, Sample, SamplesTick, SessionEnded, SessionStarted,
 )
 from specmon.session import codec
@@ -105,3 +105,18 @@ def test_an_unwritable_folder_is_one_line(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UsageError, match=r"--out .*file/s: cannot write there"):
         check_writable(blocker / "s")
+
+
+def test_a_knee_is_labelled_on_its_own_level_when_confirmed_later(tmp_path):
+    w = SessionWriter(tmp_path)
+    for i, c in enumerate((10, 18, 22, 26)):
+        w(LevelFinished(level=i, results=[LevelResult(arm="a", level=i, offered_concurrency=c),
+                                          LevelResult(arm="b", level=i, offered_concurrency=c)]))
+        if i == 3:  # a plateau at C=18, confirmed at C=26
+            w(KneeCalled(arm="a", definition="plateau", concurrency=18, detail="", knee_level=1, confirmed_level=3))
+            w(KneeCalled(arm="a", definition="queueing", concurrency=18, detail="", knee_level=1, confirmed_level=3))
+    rows = [dict(zip(LEVEL_COLUMNS, r)) for r in read(tmp_path / "levels.csv")[1:]]
+    assert [(r["arm"], r["offered_concurrency"], r["knee"]) for r in rows if r["knee"]] == [("a", "18", "plateau;queueing")]
+    assert len(rows) == 8 and not list(tmp_path.glob("*.tmp"))
+    w(LevelFinished(level=4, results=[LevelResult(arm="a", level=4, offered_concurrency=30)]))  # appends still work
+    assert len(read(tmp_path / "levels.csv")) == 10

@@ -3,7 +3,8 @@
 All functions are pure: they take LevelResults (levels already flagged invalid are left out:
 a level where the client was the bottleneck says nothing about the server) and return calls.
 A knee is *confirmed* only when its condition holds at two consecutive valid levels; it is
-called on the second of them (the confirming level), whose levels.csv row gets the knee label.
+called on the second of them (the confirming level, levels.csv `knee_confirmed`), and the knee's
+own level gets the label (levels.csv `knee`).
 
 D1 throughput plateau (peers.md C2):
     eta_k = ((X_k - X_{k-1}) / (c_k - c_{k-1})) / (X_1 / c_1)
@@ -56,6 +57,7 @@ D3 goodput / SLO knee (only with SLOs; LevelResult.slo_* from analysis/levels.py
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -76,6 +78,27 @@ class KneeResult:
     confirmed_at: Optional[int]  # level index (LevelResult.level) that confirmed it; None = not confirmed
     detail: str
     values: dict = field(default_factory=dict)
+
+
+def knee_level(levels: Sequence[LevelResult], k: "KneeResult") -> Optional[int]:
+    """The index (LevelResult.level) of the level a confirmed knee is at: the last level before the
+    confirming one whose offered concurrency is the knee's."""
+    if k.concurrency is None or k.confirmed_at is None:
+        return None
+    at = [x.level for x in levels if x.offered_concurrency == k.concurrency and x.level < k.confirmed_at]
+    return at[-1] if at else None
+
+
+def label_knee(rows: Sequence[LevelResult], arm: str, level: int, definition: str) -> Optional[LevelResult]:
+    """Put a knee's definition on its own level's row (a copy: rows already handed on stay as
+    they were); returns the labelled row, None when the row is not among `rows`."""
+    for i, r in enumerate(rows):
+        if r.arm == arm and r.level == level:
+            names = [n for n in (r.knee or "").split(";") if n]
+            if definition not in names:
+                names.append(definition)
+            return dataclasses.replace(r, knee=";".join(names))
+    return None
 
 
 def _valid(levels: Sequence[LevelResult]) -> list[LevelResult]:

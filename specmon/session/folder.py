@@ -9,7 +9,7 @@ with every event, in order, and nothing else writes the folder):
 | samples.csv     | SamplesTick (one row per arm), Marker (a row with an empty `arm`)   |
 | gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
 | requests.csv    | RequestFinished                                                     |
-| levels.csv      | LevelFinished.results                                               |
+| levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
 | session.json    | SessionStarted, ArmInfoUpdated, KneeCalled(predicted), RampStarted, |
 |                 | LevelFinished (knees, load_client), Marker, SessionEnded            |
 
@@ -42,9 +42,10 @@ from specmon import __version__
 from specmon.errors import UsageError
 from specmon.model import (
     GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot,
-    KneeCalled, KneesSummary, LevelFinished, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
+    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
 )
+from specmon.analysis.knee import label_knee
 from specmon.session import codec
 
 EVENTS_FILE = "events.jsonl"
@@ -242,6 +243,7 @@ class SessionWriter:
         self._levels = _CsvFile(self.out_dir / "levels.csv", LEVEL_COLUMNS)
         self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
         self._events = _AppendFile(self.out_dir / EVENTS_FILE)
+        self._level_rows: list[LevelResult] = []  # levels.csv, kept to label a knee's row later
         now = time.time()
         self.meta = SessionMeta(
             start_time=_iso(now), start_ts=now, specmon_version=__version__,
@@ -320,6 +322,29 @@ class SessionWriter:
         if e.definition == "predicted" and e.predicted is not None:
             self.meta.predicted_knees[e.arm] = e.predicted
             self._write_meta()
+        elif e.knee_level is not None:
+            # The knee's own row was written levels ago: label it there and rewrite the (small)
+            # file whole, atomically, so a reader sees either the old file or the new one.
+            labelled = label_knee(self._level_rows, e.arm, e.knee_level, e.definition)
+            if labelled is not None:
+                i = next(i for i, r in enumerate(self._level_rows) if r.arm == e.arm and r.level == e.knee_level)
+                self._level_rows[i] = labelled
+                self._rewrite_levels()
+
+    def _rewrite_levels(self) -> None:
+        path = self.out_dir / "levels.csv"
+        tmp = path.with_suffix(".csv.tmp")
+        self._levels.close()
+        try:
+            if tmp.exists():
+                tmp.unlink()
+            rewritten = _CsvFile(tmp, LEVEL_COLUMNS)
+            for r in self._level_rows:
+                rewritten.write(vars(r))
+            rewritten.close()
+            os.replace(tmp, path)
+        finally:
+            self._levels = _CsvFile(path, LEVEL_COLUMNS)
 
     def _on_ramp(self, e: RampStarted) -> None:
         self.meta.ramp_plan = codec.to_plain(e.plan)
@@ -333,6 +358,7 @@ class SessionWriter:
     def _on_level(self, e: LevelFinished) -> None:
         for r in e.results:
             self._levels.write(vars(r))
+            self._level_rows.append(r)
         self.meta.knees.update(e.knees)
         if e.load_client:
             self.meta.load_client.append(e.load_client)

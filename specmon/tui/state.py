@@ -33,6 +33,7 @@ from specmon.model import (
     SessionEnded,
     SessionStarted,
 )
+from specmon.analysis.knee import label_knee
 from specmon.panes import shown
 
 HISTORY_POINTS = 600  # ten minutes at 1 Hz: more than any pane is wide
@@ -231,6 +232,10 @@ class SessionState:
         else:
             arm_state.knees.append(ev)
             self.knee_events.append(ev)
+            if ev.knee_level is not None:  # the knee's own row in the ramp table
+                labelled = label_knee(arm_state.levels, ev.arm, ev.knee_level, ev.definition)
+                if labelled is not None:
+                    arm_state.levels = [labelled if x.level == ev.knee_level else x for x in arm_state.levels]
 
     def _on_RampFinished(self, ev: RampFinished) -> None:
         self.ramp_finished = ev.reason
