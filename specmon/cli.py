@@ -1,4 +1,6 @@
-"""Command line: argument parsing only. Each command's work lives in specmon/commands/<name>.py.
+"""Command line: argument parsing only. Each command's work lives in specmon/commands/<name>.py,
+what the commands share in specmon/wiring.py, the ramp plan and its bounds in specmon/plan.py
+(the argument types below use its checks, so a flag and its layout key follow one rule).
 
 Exit codes (contract): 0 ok; 2 bad usage or bad input (one line naming the problem);
 3 a server could not be reached or started.
