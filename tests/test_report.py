@@ -126,7 +126,7 @@ def test_session_header_names_the_arms_and_their_server_args():
 
 
 def write_session(path: Path, arm_levels: dict[str, list[tuple]], gpus: dict[str, list[int]] | None = None,
-                  server_args: dict[str, dict] | None = None) -> Path:
+                  server_args: dict[str, dict] | None = None, lengths: tuple[int, int] = (100, 10)) -> Path:
     """arm_levels: arm -> [(C, achieved, out tok/s, per-user tok/s, ttft p50, power W or None), ...]."""
     w = SessionWriter(path)
     layout = {"arms": [{"name": a, "launch": {"gpus": g}} for a, g in (gpus or {}).items()]}
@@ -137,8 +137,8 @@ def write_session(path: Path, arm_levels: dict[str, list[tuple]], gpus: dict[str
                                              mem_fraction_static=0.85, tp_size=1, **(server_args or {}).get(a, {}))))
         pk = PredictedKnee(concurrency=17.8, detail="KV pool test")
         w(KneeCalled(arm=a, definition="predicted", concurrency=17.8, detail=pk.detail, predicted=pk))
-    w(RampStarted(plan=RampPlan(levels=[lv[0] for lv in next(iter(arm_levels.values()))], input_len=100,
-                                output_len=10), time_scale={}, workload={}))
+    w(RampStarted(plan=RampPlan(levels=[lv[0] for lv in next(iter(arm_levels.values()))], input_len=lengths[0],
+                                output_len=lengths[1]), time_scale={}, workload={}))
     t = 1000.0
     for arm, levels in arm_levels.items():
         for i, (c, ach, x, u, ttft, power) in enumerate(levels):
@@ -382,3 +382,17 @@ def test_knees_slo_and_goodput_and_a_plateau_within_the_noise(tmp_path):
     write_session(tmp_path / "s", {"a": KNOWN})
     (row,) = md_tables(report_md([tmp_path / "s"]))["Knees"]
     assert "SLO knee (C_SLO)" not in row and "goodput knee" not in row
+
+
+def test_same_named_arms_with_different_workloads_are_not_repeats(tmp_path):
+    # An 8,800/1,024-token session and a 2,048/256-token one: never averaged together at C=10.
+    def levels(x):
+        return [(10, 10.0, x, x / 10, 1.0, None)]
+    write_session(tmp_path / "long", {"fp8": levels(1000.0)}, lengths=(8800, 1024))
+    write_session(tmp_path / "short", {"fp8": levels(3000.0)}, lengths=(2048, 256))
+    write_session(tmp_path / "long2", {"fp8": levels(1010.0)}, lengths=(8800, 1024))
+    _, arms = load_sessions([tmp_path / "long", tmp_path / "short", tmp_path / "long2"])
+    gs = groups(arms)
+    assert sorted(len(g.runs) for g in gs) == [1, 2]
+    (pair,) = [g for g in gs if len(g.runs) == 2]
+    assert {r.session for r in pair.runs} == {"long", "long2"}

@@ -1,4 +1,4 @@
-"""Repeat runs and drafter comparisons: telling "no difference" from noise (field-facts C).
+"""Repeat runs and drafter comparisons: telling "no difference" from noise (field notes C).
 
 Arms with the same name and the same server settings in several sessions are repeat runs of
 one configuration. Per offered
@@ -61,12 +61,13 @@ class ArmGroup:
 
 
 def groups(arms: Sequence[ReportArm]) -> list[ArmGroup]:
-    """Runs of one configuration: the same arm name *and* the same server settings. Two sessions that
-    reuse a name for different settings (MTP on in one, off in the other, as in field-facts C) are two
-    configurations, named with their sessions."""
+    """Runs of one configuration: the same arm name, the same server settings *and* the same
+    workload (lengths, dataset, category, arrival). Two sessions that reuse a name for different
+    settings (MTP on in one, off in the other) or a different workload (8,800/1,024 tokens in one,
+    2,048/256 in the other) are two configurations, named with their sessions."""
     out: dict[tuple, ArmGroup] = {}
     for a in arms:
-        key = (a.name, _server_key(a.server_args), _drafter(a.server_args))
+        key = (a.name, _server_key(a.server_args), _drafter(a.server_args), a.workload)
         out.setdefault(key, ArmGroup(a.name, [])).runs.append(a)
     gs = list(out.values())
     names = [g.name for g in gs]

@@ -35,6 +35,8 @@ class ReportArm:
     predicted: Optional[PredictedKnee] = None  # as the live session called it
     slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
     slo_tpot_s: Optional[float] = None
+    # What the ramp sent (lengths, dataset, category, arrival): repeat runs must share it.
+    workload: tuple = ()
 
     def power_at(self, lv: LevelResult) -> Optional[float]:
         return None if lv.level is None else self.power_w.get(lv.level)
@@ -131,7 +133,17 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
         power_w={lv: mean(vals) for lv, vals in power.items()},
         predicted=meta.predicted_knees.get(name),
         slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
+        workload=workload_key(plan),
     )
+
+
+WORKLOAD_KEYS = ("input_len", "output_len", "dataset", "category", "tokenizer", "requests_per_level",
+                 "arrival", "rates", "shared_prefix_len", "prefix_groups", "turns")
+
+
+def workload_key(plan: dict[str, Any]) -> tuple:
+    """The ramp plan's workload settings, as a comparable key (absent settings are None)."""
+    return tuple((k, str(plan.get(k))) for k in WORKLOAD_KEYS)
 
 
 def _opt_float(v: Any) -> Optional[float]:
