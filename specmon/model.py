@@ -286,6 +286,7 @@ class LevelResult:
     # when it was confirmed a level or two later; the confirming level names it in knee_confirmed.
     knee: Optional[str] = None
     knee_confirmed: Optional[str] = None
+    note: Optional[str] = None  # e.g. a level too short to say who limited it (analysis/levels.py)
     # added by LOAD: inputs of the queueing knee and of the queueing-TTFT call
     queue_time_mean_s: Optional[float] = None  # server queue time per request, mean (meta_info or histogram)
     capped_share: Optional[float] = None  # share of samples with running at the cap or KV >= 95 %
@@ -308,7 +309,7 @@ LEVEL_COLUMNS = [
     "level", "ttft_mean_s", "e2e_mean_s", "running_mean", "queued_mean", "queued_share",
     "littles_law_ratio", "valid", "invalid_reason",
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
-    "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed",
+    "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed", "note",
 ]
 
 

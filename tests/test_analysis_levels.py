@@ -130,3 +130,20 @@ def test_slo_attainment_counts_failed_requests_as_missed():
     # in the arm's seconds: at scale 10 every TTFT is >= 5 s
     assert level_result("a", 0, 4, outs, w, T0, T0 + 30, [], scale=10.0, slo_ttft_s=1.0).slo_met == 0
     assert level_result("a", 0, 4, outs, w, T0, T0 + 30, []).slo_n is None  # no SLO, nothing judged
+
+
+def test_a_count_level_close_to_its_concurrency_is_short_not_client_bound():
+    # 16 requests at C=12, each 2 s: 12 go out at once, 4 more as the first ones end, then the
+    # level drains. The full-C window is under one request lifetime, with two server samples that
+    # caught the server still admitting (4 seen of 12): no verdict on who limited it.
+    outs = [outcome(i, 0.0, 1.0, 11, 0.1) for i in range(12)] + [outcome(12 + i, 2.0, 1.0, 11, 0.1) for i in range(4)]
+    w = Window(T0, T0 + 2.0)
+    few = [Sample(ts=T0 + 0.5 + k, arm="a", up=True, running_reqs=4, queued_reqs=0) for k in range(2)]
+    r = level_result("a", 4, 12, outs, w, T0, T0 + 4.0, few)
+    assert r.valid, r.invalid_reason
+    assert r.note and "short level" in r.note and "too short to tell" in r.note
+    assert r.ttft_p50_s == pytest.approx(1.0)
+    # the same server view over a long window still blames the client, as before
+    outs = closed_loop(12)
+    r = level_result("a", 0, 12, outs, Window(T0 + 10, T0 + 90), T0, T0 + 100, samples(80, 4, 0))
+    assert not r.valid and "client is the bottleneck" in r.invalid_reason and r.note is None

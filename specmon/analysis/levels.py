@@ -238,12 +238,22 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     # One request of slack on top: a prefill report (SGLang writes the gauges after every prefill
     # batch) counts the running batch *before* its new sequences join, so with short requests and
     # frequent arrivals the gauge reads one low for a good part of the level (at C=3 that is 33%).
-    if (server_seen is not None and server_seen < SERVER_SEEN_MIN * expected - 1.0
+    # Who held the level back is a statement about steady state: it needs a window of a few
+    # request lifetimes and a few scrapes in it. A count-based level close to its concurrency
+    # (16 requests at C=12) is mostly ramp-down; its short full-C window proves nothing about
+    # the client (it was idle), so it says that it is short instead of blaming anyone.
+    judged = e_wall is not None and W >= 3 * e_wall and len(both) >= 3
+    if not judged and r.ok > 0:
+        lifetimes = f", {W / e_wall:.1f} request lifetimes of {e_wall * scale:.2f} s" if e_wall else ""
+        short_note = (f"short level: {offered} in flight together for {W * scale:.1f} s{lifetimes}, "
+                      f"{len(both)} server samples; too short to tell who limited it")
+        r.note = short_note
+    if (judged and server_seen is not None and server_seen < SERVER_SEEN_MIN * expected - 1.0
             and (client_inflight is None or client_inflight >= 0.9 * offered)):
         reasons.append(f"server reported {server_seen:.1f} running+queued (mean of {len(both)} samples) where "
                        f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill or on the wire) while the client "
                        f"held {client_inflight:.1f}: the client is the bottleneck")
-    elif client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
+    elif judged and client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
         reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight")
     # Counting completions in W is off by up to one per stream at W's edges, i.e. by C / N
     # relative: the tolerance grows by that much, so short levels do not fail on edge noise.

@@ -29,8 +29,8 @@ def level_rows(results: Sequence[LevelResult]) -> list[list[str]]:
         knee = r.knee or ""
         if not r.valid:
             knee = (knee + " " if knee else "") + f"INVALID ({r.invalid_reason})"
-        elif r.ttft_note:
-            knee = (knee + " " if knee else "") + r.ttft_note
+        else:
+            knee = " ".join(x for x in (knee, r.ttft_note, r.note) if x)
         rows.append([r.arm, str(r.offered_concurrency), _f(r.achieved_concurrency, "{:.1f}"),
                      _f(r.output_tok_s, "{:.1f}"), _f(r.per_user_tok_s, "{:.1f}"),
                      f"{_secs(r.ttft_p50_s)}/{_secs(r.ttft_p99_s)}", _secs(r.tpot_p50_s),
