@@ -12,6 +12,7 @@ Definitions (all "unknown" results are None, never 0):
 - Windowed mean = delta(_sum) / delta(_count).
 - A counter that went down means the server restarted (its counters started from 0 again):
   the window is cleared, so nothing is ever computed across a restart.
+- A result that would be NaN or infinite (odd inputs) is None too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def histogram_quantile(q: float, buckets: Buckets) -> Optional[float]:
     if not buckets or not 0.0 <= q <= 1.0:
         return None
     total = buckets[-1][1]
-    if not math.isinf(buckets[-1][0]) or total <= 0:
+    if not math.isinf(buckets[-1][0]) or not math.isfinite(total) or total <= 0:
         # Without the +Inf bucket the total is not known; with zero observations there is no answer.
         return None
     rank = q * total
@@ -137,7 +138,7 @@ class ScrapeWindow:
         dt = newest.ts - base.ts
         if a is None or b is None or dt <= 0 or b < a:
             return None
-        return (b - a) / dt / (time_scale or 1.0)
+        return _finite((b - a) / dt / (time_scale or 1.0))
 
     @property
     def newest(self) -> Optional[MetricsSnapshot]:
@@ -160,10 +161,14 @@ class ScrapeWindow:
 
     def quantile(self, name: str, q: float) -> Optional[float]:
         h = self.histogram_delta(name)
-        return None if h is None else histogram_quantile(q, h.buckets)
+        return None if h is None else _finite(histogram_quantile(q, h.buckets))
 
     def mean(self, name: str) -> Optional[float]:
         h = self.histogram_delta(name)
         if h is None or h.sum is None or not h.count:
             return None
-        return h.sum / h.count
+        return _finite(h.sum / h.count)
+
+
+def _finite(v: Optional[float]) -> Optional[float]:
+    return v if v is not None and math.isfinite(v) else None

@@ -6,6 +6,11 @@ client negotiates OpenMetrics with underscore escaping, while HELP/TYPE keep the
 under `unknown` families, so we never trust family names or types: every *sample* is
 normalised on its own, and `sglang:x` and `sglang_x` both land under `x`.
 
+Odd values never crash a reading: NaN or +-Inf reads as unknown (None), a histogram with a
+bucket that is not a histogram bucket (`le="abc"`, a count that is NaN, negative or goes down)
+reads as no histogram, and a body the parser cannot read raises MetricsParseError (a
+ValueError), the only exception `MetricsSnapshot.parse` lets out.
+
 Rank selection (1.2, 1.7 of the reference): scheduler gauges carry `tp_rank`/`pp_rank`, and
 with `--enable-metrics-for-all-schedulers` (or TP=2 for a few series) several ranks write the
 *same* quantity. Summing them would double count, so we read the series of rank 0.
@@ -20,6 +25,11 @@ from typing import Iterable, Optional
 from prometheus_client.parser import text_string_to_metric_families
 
 _PREFIXES = ("sglang:", "sglang_")
+# What the (pure Python, ~35 us a line) parser is handed at most. SGLang's own /metrics keeps a
+# few hundred lines of the series we read and tens of KiB; a body far past these would hold
+# the event loop (and every other arm) for seconds, so it is refused as malformed instead.
+MAX_PARSED_LINES = 10_000
+MAX_PARSED_CHARS = 2 * 2**20
 # Labels that name a copy of the same quantity written by another rank: pick "0".
 _RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "dp_rank", "attn_tp_rank")
 
@@ -29,6 +39,10 @@ def bare_name(sample_name: str) -> str:
         if sample_name.startswith(p):
             return sample_name[len(p):]
     return sample_name
+
+
+class MetricsParseError(ValueError):
+    """A /metrics body that cannot be read (bad syntax, or more than the parser is given)."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +65,17 @@ class MetricsSnapshot:
     def parse(cls, text: str, ts: float, only: Optional[frozenset[str]] = None) -> "MetricsSnapshot":
         """Parse a /metrics body. `only`: bare names to keep (histograms by base name); lines of
         other metrics are dropped before the (slow, pure Python) parser sees them, which makes
-        a busy server's 46 KiB body several times cheaper to read."""
-        if only is not None:
-            text = _keep_lines(text, only)
+        a busy server's 46 KiB body several times cheaper to read.
+
+        Raises MetricsParseError, and nothing else, for a body that cannot be read."""
+        text = _keep_lines(text, only)
         series: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                series.setdefault(bare_name(s.name), []).append((dict(s.labels), float(s.value)))
+        try:
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    series.setdefault(bare_name(s.name), []).append((dict(s.labels), float(s.value)))
+        except Exception as e:  # the third-party parser raises ValueError, IndexError and friends
+            raise MetricsParseError(f"{type(e).__name__}: {str(e)[:80]}") from e
         return cls(series, ts)
 
     def names(self) -> set[str]:
@@ -78,7 +96,8 @@ class MetricsSnapshot:
         # (e.g. per-priority copies carry a non-empty `priority`): prefer the unlabelled total.
         plain = [v for lab, v in picked if not lab.get("priority")]
         v = plain[0] if plain else picked[0][1]
-        return None if math.isnan(v) else v
+        # NaN or +-Inf: no quantity read from /metrics is infinite, so it is not known.
+        return v if math.isfinite(v) else None
 
     def histogram(self, name: str, **match: str) -> Optional[Histogram]:
         """The rank-0 series of histogram `name` (buckets from `<name>_bucket`)."""
@@ -90,24 +109,34 @@ class MetricsSnapshot:
         # Keep the label set (minus `le`) of the first row: other label sets would be other series.
         key = _key_without(rows[0][0], "le")
         buckets = sorted((_le(lab["le"]), v) for lab, v in rows if "le" in lab and _key_without(lab, "le") == key)
+        if not _valid_buckets(buckets):
+            return None  # not a histogram we can read: unknown, never a made-up percentile
+        count = self._same_series(name + "_count", key)
         return Histogram(
             buckets=tuple(buckets),
             sum=self._same_series(name + "_sum", key),
-            count=self._same_series(name + "_count", key),
+            count=count if count is None or count >= 0 else None,
         )
 
     def _same_series(self, name: str, key: tuple) -> Optional[float]:
         for lab, v in self._series.get(name, ()):
             if _key_without(lab, "le") == key:
-                return v
+                return v if math.isfinite(v) else None
         return None
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def _keep_lines(text: str, only: frozenset[str]) -> str:
+def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
+    """The text the parser is given: the sample lines of `only`, or (only=None) the body as it
+    is. MetricsParseError when that is more than MAX_PARSED_LINES or MAX_PARSED_CHARS."""
+    if only is None:
+        if text.count("\n") > MAX_PARSED_LINES or len(text) > MAX_PARSED_CHARS:
+            raise MetricsParseError(f"more than {MAX_PARSED_LINES:,} lines or {MAX_PARSED_CHARS // 2**20} MiB")
+        return text
     kept = []
+    chars = 0
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue  # HELP/TYPE: we read samples one by one, families do not matter
@@ -119,6 +148,11 @@ def _keep_lines(text: str, only: frozenset[str]) -> str:
             else:
                 continue
         kept.append(line)
+        chars += len(line) + 1
+        if len(kept) > MAX_PARSED_LINES:
+            raise MetricsParseError(f"more than {MAX_PARSED_LINES:,} lines of the series read")
+        if chars > MAX_PARSED_CHARS:
+            raise MetricsParseError(f"more than {MAX_PARSED_CHARS // 2**20} MiB of the series read")
     kept.append("")
     return "\n".join(kept)
 
@@ -141,7 +175,22 @@ def _key_without(labels: dict[str, str], drop: str) -> tuple:
 
 
 def _le(text: str) -> float:
-    return math.inf if text in ("+Inf", "Inf", "inf") else float(text)
+    """A bucket's upper bound; NaN when `le` is not one (NaN never passes _valid_buckets)."""
+    try:
+        bound = float(text)  # "+Inf" included
+    except ValueError:
+        return math.nan
+    return math.nan if bound == -math.inf else bound
+
+
+def _valid_buckets(buckets: list[tuple[float, float]]) -> bool:
+    """Distinct real bounds (or +Inf) with finite, non-negative counts that never go down."""
+    prev_bound, prev_count = -math.inf, 0.0
+    for bound, count in buckets:
+        if math.isnan(bound) or bound <= prev_bound or not math.isfinite(count) or count < prev_count:
+            return False
+        prev_bound, prev_count = bound, count
+    return True
 
 
 def first_present(snapshot: MetricsSnapshot, names: Iterable[str], **match: str) -> Optional[float]:

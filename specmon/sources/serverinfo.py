@@ -2,49 +2,91 @@
 
 /server_info echoes every ServerArgs field, including `api_key` in clear text (reference 3.2).
 We copy named fields only, so the key never enters an ArmInfo, a CSV or session.json.
+
+Any JSON value is accepted without an exception: a field of the wrong type or an odd number
+(NaN, +-Inf, an integer past 2**63, a negative count) reads as unknown (None), and a body that
+is not a JSON object reads as no information at all (None).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from specmon.model import ArmInfo
 
+_INT_LIMIT = 2**63  # past any field SGLang reports; a bigger integer is not a reading
+
+
+def json_body(body: bytes) -> Any:
+    """The JSON value of a response body. ValueError (and nothing else) when it is not JSON;
+    nesting too deep for the decoder counts as not JSON."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
 
 def _int(v: Any) -> Optional[int]:
     if v is None or isinstance(v, bool):
         return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
+    if isinstance(v, float) and not math.isfinite(v):
         return None
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return i if -_INT_LIMIT <= i <= _INT_LIMIT else None
+
+
+def _count(v: Any) -> Optional[int]:
+    """A number of things (requests, tokens): a non-negative int, else None."""
+    i = _int(v)
+    return i if i is not None and i >= 0 else None
 
 
 def _float(v: Any) -> Optional[float]:
     if v is None or isinstance(v, bool):
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return f if math.isfinite(f) else None
+
+
+def _rate(v: Any) -> Optional[float]:
+    """A non-negative quantity (a usage, a throughput, an acceptance): else None."""
+    f = _float(v)
+    return f if f is not None and f >= 0 else None
 
 
 def _str(v: Any) -> Optional[str]:
-    return None if v in (None, "") else str(v)
+    if v is None or v == "" or isinstance(v, (dict, list)):
+        return None
+    return str(v)
 
 
-def arm_info_from_server_info(d: dict) -> ArmInfo:
-    states = d.get("internal_states") or []
-    st0 = states[0] if states and isinstance(states[0], dict) else {}
-    mem = st0.get("memory_usage") or {}
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def arm_info_from_server_info(d: Any) -> Optional[ArmInfo]:
+    """The ArmInfo of a /server_info JSON value; None when it is not a JSON object."""
+    if not isinstance(d, dict):
+        return None
+    states = d.get("internal_states")
+    st0 = _dict(states[0]) if isinstance(states, list) and states else {}
+    mem = _dict(st0.get("memory_usage"))
     # The effective running-batch cap: SGLang resolves it (e.g. 48 under speculation) per DP rank.
-    cap = _int(st0.get("effective_max_running_requests_per_dp"))
+    cap = _count(st0.get("effective_max_running_requests_per_dp"))
     if cap is None:
-        cap = _int(d.get("max_running_requests"))
-    pool = _int(d.get("max_total_num_tokens"))
+        cap = _count(d.get("max_running_requests"))
+    pool = _count(d.get("max_total_num_tokens"))
     if pool is None:
-        pool = _int(mem.get("token_capacity"))
+        pool = _count(mem.get("token_capacity"))
     algo = _str(d.get("speculative_algorithm"))
     if algo is not None and algo.upper() in ("NONE", "NULL"):
         algo = None
@@ -72,7 +114,7 @@ def arm_info_from_server_info(d: dict) -> ArmInfo:
         weight_gb=_float(mem.get("weight")),
         kv_cache_gb=_float(mem.get("kvcache")),
         graph_gb=_float(mem.get("graph")),
-        time_scale=scale if scale and scale > 0 else 1.0,
+        time_scale=scale if scale is not None and scale > 0 else 1.0,
     )
 
 
@@ -91,20 +133,21 @@ class LoadsReading:
     max_running_requests: Optional[int]
 
 
-def parse_loads(d: dict) -> Optional[LoadsReading]:
-    loads = d.get("loads")
+def parse_loads(d: Any) -> Optional[LoadsReading]:
+    """The first DP rank of a /v1/loads JSON value; None when it holds no load entry."""
+    loads = d.get("loads") if isinstance(d, dict) else None
     if not isinstance(loads, list) or not loads or not isinstance(loads[0], dict):
         return None
     l0 = loads[0]
-    spec = l0.get("speculative") or {}
+    spec = _dict(l0.get("speculative"))
     return LoadsReading(
-        running=_int(l0.get("num_running_reqs")),
-        waiting=_int(l0.get("num_waiting_reqs")),
-        used_tokens=_int(l0.get("num_used_tokens")),
-        capacity_tokens=_int(l0.get("max_total_num_tokens")),
-        token_usage=_float(l0.get("token_usage")),
-        gen_throughput=_float(l0.get("gen_throughput")),
-        accept_length=_float(spec.get("accept_length")),
-        accept_rate=_float(spec.get("accept_rate")),
-        max_running_requests=_int(l0.get("max_running_requests")),
+        running=_count(l0.get("num_running_reqs")),
+        waiting=_count(l0.get("num_waiting_reqs")),
+        used_tokens=_count(l0.get("num_used_tokens")),
+        capacity_tokens=_count(l0.get("max_total_num_tokens")),
+        token_usage=_rate(l0.get("token_usage")),
+        gen_throughput=_rate(l0.get("gen_throughput")),
+        accept_length=_rate(spec.get("accept_length")),
+        accept_rate=_rate(spec.get("accept_rate")),
+        max_running_requests=_count(l0.get("max_running_requests")),
     )
