@@ -8,10 +8,18 @@ lost or other transport error), timeout (no answer in time), unauthorized (401),
 server answered but not usefully, e.g. malformed /metrics). After a failure the arm is retried
 with exponential backoff (one tick, doubling up to `retry_max_s`); the ticks in between still
 produce a Sample (up=False) so the gap stays visible in samples.csv.
+
+A scrape is bounded: each body is read streaming up to a cap (METRICS_MAX_BYTES for /metrics,
+JSON_MAX_BYTES for the JSON endpoints) and the whole scrape, every request of it included, has
+`deadline_s` (default: the per-read `timeout_s`) to finish. `scrape()` never raises: whatever
+goes wrong becomes the state and reason of that arm's Sample.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import math
 import os
 import time
 from typing import Optional
@@ -21,9 +29,17 @@ import httpx
 from specmon.model import ArmInfo, ArmSpec, Sample
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
-from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, parse_loads
+from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, json_body, parse_loads
 
 DOWN_STATES = ("refused", "down", "timeout")
+
+# Body caps. A real /metrics is tens of KiB (46 KiB on a busy server) and /server_info about as
+# much; an endless or runaway body stops at the cap instead of growing the process.
+METRICS_MAX_BYTES = 32 * 2**20
+JSON_MAX_BYTES = 4 * 2**20
+# The back-off doubles at most this many times: 2**30 ticks is past any retry_max_s, and the
+# float product can never overflow however long a server stays away.
+_MAX_DOUBLINGS = 30
 
 # The series a Sample is made of (bare names; histograms by base name); the rest of /metrics
 # is skipped before parsing. Keep in step with _sample_from_metrics and RESET_COUNTERS.
@@ -42,6 +58,41 @@ class _Failure(Exception):
         self.reason = reason
 
 
+class _TooLarge(Exception):
+    """A 200 answer whose body went past its cap (the reason is the message)."""
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message` of an exception; of its first leaf for an exception group (anyio's
+    connect wraps what it met in one)."""
+    seen = 0
+    while seen < 6:
+        inner = getattr(e, "exceptions", None)
+        if not isinstance(inner, (list, tuple)) or not inner:
+            break
+        e = inner[0]
+        seen += 1
+    return f"{type(e).__name__}: {str(e)[:160]}"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def _is_loopback_url(url: str) -> bool:
+    """True for http(s)://127.x.x.x, [::1] and localhost."""
+    try:
+        host = httpx.URL(url).host.lower()
+    except Exception:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _refused(e: BaseException) -> bool:
     """True when nothing listens: httpx words it "All connection attempts failed", the cause says more."""
     seen = 0
@@ -55,7 +106,16 @@ def _refused(e: BaseException) -> bool:
 
 
 def _int(v: Optional[float]) -> Optional[int]:
-    return None if v is None else int(round(v))
+    """A gauge that counts things (requests, tokens); None for NaN, +-Inf, a negative value or one
+    past 2**63, which no count can be (an empty cell, never a crash or a made-up number)."""
+    if v is None or not math.isfinite(v) or v < 0 or v > 2**63:
+        return None
+    return int(round(v))
+
+
+def _nonneg(v: Optional[float]) -> Optional[float]:
+    """A gauge that cannot be negative (usage, throughput, acceptance rate); else None."""
+    return v if v is not None and math.isfinite(v) and v >= 0 else None
 
 
 class ArmCollector:
@@ -69,15 +129,23 @@ class ArmCollector:
         retry_min_s: float = 1.0,
         retry_max_s: float = 8.0,
         info_refresh_s: float = 60.0,
+        info_retry_s: float = 10.0,
+        deadline_s: Optional[float] = None,
+        metrics_max_bytes: int = METRICS_MAX_BYTES,
+        json_max_bytes: int = JSON_MAX_BYTES,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ):
         self.spec = spec
         self.base = spec.url.rstrip("/")
         self.timeout_s = timeout_s
+        self.deadline_s = timeout_s if deadline_s is None else deadline_s
+        self.metrics_max_bytes = metrics_max_bytes
+        self.json_max_bytes = json_max_bytes
         self.window = ScrapeWindow(window_s, rate_window_s)
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
         self.info_refresh_s = info_refresh_s
+        self.info_retry_s = info_retry_s
         self.info: Optional[ArmInfo] = None
         self.info_version = 0  # bumped whenever `info` changes
         self.mode: Optional[str] = None  # "metrics" | "loads" once known
@@ -90,23 +158,53 @@ class ArmCollector:
         self._info_due = 0.0
         self._metrics_probe_due = 0.0
         self._info_problem: Optional[str] = None
-        self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
+        self.scrape_started: Optional[float] = None  # wall time the running scrape began, None between scrapes
+        self._client: Optional[httpx.AsyncClient] = None
+        self._client_problem: Optional[str] = None
+        try:
+            # A proxy from the environment (HTTP_PROXY, ALL_PROXY...) is never used for a loopback
+            # server: it cannot reach this host's 127.0.0.1 and would be handed the bearer key.
+            # Other hosts keep httpx's environment handling (proxies, NO_PROXY); loopback keeps
+            # SSL_CERT_FILE/SSL_CERT_DIR through the SSL context made here.
+            if _is_loopback_url(self.base):
+                self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False,
+                                                 trust_env=False, verify=httpx.create_ssl_context(trust_env=True))
+            else:
+                self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
+        except Exception as e:  # e.g. ALL_PROXY=socks5://... without socksio, or an unknown proxy scheme
+            self._client_problem = ("cannot set up HTTP from the environment's proxy or certificate settings "
+                                    f"({type(e).__name__}: {str(e)[:120]})")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     # ---------------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
         if self.spec.api_key_env:
             key = os.environ.get(self.spec.api_key_env)
             if key:
+                if not key.isascii():
+                    raise _Failure("error", f"the key in ${self.spec.api_key_env} has non-ASCII characters")
                 return {"Authorization": f"Bearer {key}"}
         return {}
 
-    async def _get(self, path: str) -> httpx.Response:
+    async def _get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
+        """GET `path`: (status, body). The body is read only for a 200, streaming, and _TooLarge
+        stops it past `max_bytes` (counted after any Content-Encoding is undone)."""
         url = self.base + path
+        if self._client is None:
+            raise _Failure("error", self._client_problem or "no HTTP client")
         try:
-            return await self._client.get(url, headers=self._headers())
+            async with self._client.stream("GET", url, headers=self._headers()) as r:
+                if r.status_code != 200:
+                    return r.status_code, b""
+                body = bytearray()
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise _TooLarge(f"{path} body over {_mib(max_bytes)}")
+                return 200, bytes(body)
         except httpx.ConnectError as e:
             if _refused(e):
                 raise _Failure("refused", f"connection refused at {self.base}")
@@ -115,43 +213,62 @@ class ArmCollector:
             raise _Failure("timeout", f"no answer from {url} within {self.timeout_s:g} s")
         except httpx.TransportError as e:
             raise _Failure("down", f"{url}: {type(e).__name__} {e}".strip())
+        except httpx.DecodingError as e:
+            raise _Failure("error", f"{url}: undecodable body ({str(e)[:80]})")
 
     # ---------------------------------------------------------------------------------------
     async def refresh_info(self) -> Optional[str]:
         """GET /server_info (or its old name). Returns a problem to report, or None."""
-        r = await self._get("/server_info")
-        if r.status_code == 404:
-            r = await self._get("/get_server_info")
-        if r.status_code == 401:
-            return "unauthorized"
-        if r.status_code != 200:
-            return f"/server_info answered HTTP {r.status_code}"
         try:
-            info = arm_info_from_server_info(r.json())
+            status, body = await self._get("/server_info", self.json_max_bytes)
+            if status == 404:
+                status, body = await self._get("/get_server_info", self.json_max_bytes)
+        except _TooLarge as e:
+            return str(e)
+        if status == 401:
+            return "unauthorized"
+        if status != 200:
+            return f"/server_info answered HTTP {status}"
+        try:
+            info = arm_info_from_server_info(json_body(body))
         except ValueError:
             return "/server_info is not JSON"
+        if info is None:
+            return "/server_info is not a JSON object"
         if info != self.info:
             self.info = info
             self.info_version += 1
         return None
 
     async def scrape(self) -> Sample:
-        """One reading of this arm. Never raises for server trouble: the Sample says it."""
+        """One reading of this arm. Never raises (cancellation aside): the Sample says what went wrong."""
         t0 = time.time()
         if t0 < self._retry_at:
             return self._down_sample(t0, self.last_state or "down", self.last_reason,
                                      retry_in=self._retry_at - t0)
+        self.scrape_started = t0
         try:
-            sample = await self._scrape_up(t0)
+            try:
+                # httpx's timeout bounds each read, not a body that trickles in: the deadline does.
+                sample = await asyncio.wait_for(self._scrape_up(t0), self.deadline_s)
+            except asyncio.TimeoutError:
+                raise _Failure("timeout", f"no complete answer from {self.base} within {self.deadline_s:g} s")
+            except _Failure:
+                raise
+            except Exception as e:  # a bug or a case not foreseen: this arm's error, never the session's
+                raise _Failure("error", f"scrape failed: {_describe(e)}")
         except _Failure as f:
             self._failures += 1
-            delay = min(self.retry_max_s, self.retry_min_s * 2 ** (self._failures - 1))
+            doublings = min(self._failures - 1, _MAX_DOUBLINGS)
+            delay = min(self.retry_max_s, self.retry_min_s * 2.0 ** doublings)
             self._retry_at = time.time() + delay
             self.last_state, self.last_reason = f.state, f.reason
             # A server that comes back may be a new process with other settings.
             self._info_due = 0.0
             self._metrics_probe_due = 0.0
             return self._down_sample(t0, f.state, f.reason, retry_in=delay, scrape_s=time.time() - t0)
+        finally:
+            self.scrape_started = None
         self._failures = 0
         self._retry_at = 0.0
         sample.scrape_s = time.time() - t0
@@ -176,8 +293,8 @@ class ArmCollector:
         problems: list[str] = []
         if t0 >= self._info_due:
             problem = await self.refresh_info()
-            # Retry a missing /server_info every 10 s; refresh a good one now and then.
-            self._info_due = t0 + (self.info_refresh_s if problem is None else 10.0)
+            # Retry a missing /server_info every info_retry_s (10 s); refresh a good one now and then.
+            self._info_due = t0 + (self.info_refresh_s if problem is None else self.info_retry_s)
             self._info_problem = problem
         # Said on every tick until /server_info answers, not only on the tick that asked.
         unauthorized = self._info_problem == "unauthorized"
@@ -210,18 +327,25 @@ class ArmCollector:
         return sample
 
     async def _from_metrics(self, t0: float) -> tuple[Optional[Sample], Optional[str]]:
-        r = await self._get("/metrics")
-        if r.status_code == 404:
+        try:
+            status, body = await self._get("/metrics", self.metrics_max_bytes)
+        except _TooLarge as e:
+            return None, str(e)
+        if status == 404:
             # Metrics are off (no --enable-metrics): use /v1/loads, look again in a minute.
             self.mode = "loads"
             self._metrics_probe_due = t0 + 60.0
             return None, None
-        if r.status_code != 200:
-            return None, f"/metrics answered HTTP {r.status_code}"
+        if status != 200:
+            return None, f"/metrics answered HTTP {status}"
+        return self.read_metrics(body, t0)
+
+    def read_metrics(self, body: bytes, t0: float) -> tuple[Optional[Sample], Optional[str]]:
+        """A Sample from one /metrics body (it joins the window), or None and the problem."""
         try:
-            snap = MetricsSnapshot.parse(r.text, ts=time.time(), only=USED_METRICS)
-        except Exception as e:  # prometheus_client raises ValueError and friends on bad lines
-            return None, f"malformed /metrics ({type(e).__name__}: {str(e)[:80]})"
+            snap = MetricsSnapshot.parse(body.decode("utf-8", errors="replace"), ts=time.time(), only=USED_METRICS)
+        except ValueError as e:  # MetricsParseError: bad lines, or more than the parser is given
+            return None, f"malformed /metrics ({e})"
         if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
             return None, "/metrics has no SGLang series"
         self.mode = "metrics"
@@ -240,7 +364,7 @@ class ArmCollector:
             cap = info.kv_capacity_tokens
         # KV usage: SGLang's own token_usage gauge (num_used_tokens / pool, or the max over
         # pools for hybrid SWA/Mamba models); used/capacity only when the gauge is missing.
-        usage = snap.value("token_usage")
+        usage = _nonneg(snap.value("token_usage"))
         if usage is None and used is not None and cap:
             usage = used / cap
         # Output tok/s: emitted tokens per (simulated) second from the per-step decode counter;
@@ -256,14 +380,14 @@ class ArmCollector:
             # a real acceptance length is >= 1 (bonus token included).
             if g is not None and g >= 1.0:
                 accept_len = g
-                accept_rate = snap.value("spec_accept_rate")
+                accept_rate = _nonneg(snap.value("spec_accept_rate"))
         self.last_new_token_ratio = snap.value("new_token_ratio")
         return Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",
             running_reqs=_int(snap.value("num_running_reqs")),
             queued_reqs=_int(snap.value("num_queue_reqs")),
             kv_used_tokens=used, kv_capacity_tokens=cap, kv_usage=usage,
-            gen_tok_s=gen, gen_tok_s_gauge=snap.value("gen_throughput"),
+            gen_tok_s=gen, gen_tok_s_gauge=_nonneg(snap.value("gen_throughput")),
             accept_length=accept_len, accept_rate=accept_rate, spec_enabled=spec_enabled,
             ttft_p50_s=w.quantile("time_to_first_token_seconds", 0.5),
             ttft_p90_s=w.quantile("time_to_first_token_seconds", 0.9),
@@ -272,19 +396,22 @@ class ArmCollector:
             queue_time_p50_s=w.quantile("queue_time_seconds", 0.5),
             queue_time_mean_s=w.mean("queue_time_seconds"),
             itl_mean_s=w.mean("inter_token_latency_seconds"),
-            requests_finished_total=snap.value("num_requests_total"),
+            requests_finished_total=_nonneg(snap.value("num_requests_total")),
             server_restarted=restarted,
         )
 
     async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:
-        r = await self._get("/v1/loads")
-        if r.status_code == 401:
-            return None, f"/v1/loads answered 401 ({self._auth_hint()})", True
-        if r.status_code != 200:
-            # sglang issue 28887: /v1/loads can answer 500; survive it.
-            return None, f"/v1/loads answered HTTP {r.status_code}", False
         try:
-            loads: Optional[LoadsReading] = parse_loads(r.json())
+            status, body = await self._get("/v1/loads", self.json_max_bytes)
+        except _TooLarge as e:
+            return None, str(e), False
+        if status == 401:
+            return None, f"/v1/loads answered 401 ({self._auth_hint()})", True
+        if status != 200:
+            # sglang issue 28887: /v1/loads can answer 500; survive it.
+            return None, f"/v1/loads answered HTTP {status}", False
+        try:
+            loads: Optional[LoadsReading] = parse_loads(json_body(body))
         except ValueError:
             loads = None
         if loads is None:

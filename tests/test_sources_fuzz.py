@@ -1,0 +1,349 @@
+"""Hypothesis fuzzing of the parsers the collector runs on what a server sends.
+
+Contracts under test (documented in the modules):
+- MetricsSnapshot.parse raises MetricsParseError (a ValueError) and nothing else; what it
+  returns reads as finite numbers or None, and its histograms are real histograms;
+- ArmCollector.read_metrics (a /metrics body, any bytes) never raises: a Sample or a problem;
+- json_body raises ValueError and nothing else;
+- arm_info_from_server_info and parse_loads take any JSON value without raising.
+A Sample, ArmInfo or LoadsReading built from odd input holds None where a number makes no
+sense, never NaN, an infinity or a negative count.
+
+Hypothesis draws are the slow part here, so each drawn example is fed to the parsers in a few
+shapes (as drawn, with other line ends, in the underscore name form, nested under each key
+SGLang uses...): every shape is one case. `pytest -s` prints the cases run per test.
+SPECMON_FUZZ_SCALE=10 multiplies every example count (a deeper run than the fast tier's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specmon.model import ArmInfo, ArmSpec, Sample
+from specmon.sources.prom import MetricsParseError, MetricsSnapshot
+from specmon.sources.serverinfo import arm_info_from_server_info, json_body, parse_loads
+from specmon.sources.sglang import USED_METRICS, ArmCollector
+
+SCALE = float(os.environ.get("SPECMON_FUZZ_SCALE", "1"))
+SAMPLE_TEXT = (Path(__file__).parent / "data" / "sglang-metrics-sample.prom").read_text()
+SAMPLE_LINES = SAMPLE_TEXT.splitlines()
+CASES: collections.Counter = collections.Counter()
+
+
+def fuzz(n: int):
+    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_cases():
+    yield
+    print("\nfuzz cases:", dict(CASES), "total", sum(CASES.values()))
+
+
+@pytest.fixture(scope="module")
+def col():
+    c = ArmCollector(ArmSpec("fuzz", "http://127.0.0.1:9"))  # its client never sends a request here
+    c.info = ArmInfo(model="m", speculative_algorithm="EAGLE", kv_capacity_tokens=1000, time_scale=2.0)
+    yield c
+    asyncio.run(c.aclose())
+
+
+# --- checks -------------------------------------------------------------------------------
+
+COUNT_FIELDS = ("running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens")
+
+
+def assert_sane_numbers(obj) -> None:
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, float):
+            assert math.isfinite(v), (f.name, v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            assert abs(v) <= 2**63, (f.name, v)
+
+
+def assert_sane_sample(s: Sample) -> None:
+    assert_sane_numbers(s)
+    for name in COUNT_FIELDS:
+        v = getattr(s, name)
+        assert v is None or (isinstance(v, int) and v >= 0), (name, v)
+    assert s.kv_usage is None or s.kv_usage >= 0
+    assert s.accept_length is None or s.accept_length >= 1.0
+
+
+def assert_sane_snapshot(snap: MetricsSnapshot) -> None:
+    for name in snap.names():
+        v = snap.value(name)
+        assert v is None or math.isfinite(v), (name, v)
+    for name in USED_METRICS:
+        h = snap.histogram(name)
+        if h is None:
+            continue
+        bounds = [b for b, _ in h.buckets]
+        counts = [c for _, c in h.buckets]
+        assert bounds == sorted(set(bounds)) and not any(math.isnan(b) for b in bounds)
+        assert all(math.isfinite(c) and c >= 0 for c in counts) and counts == sorted(counts)
+        assert h.sum is None or math.isfinite(h.sum)
+        assert h.count is None or (math.isfinite(h.count) and h.count >= 0)
+
+
+def read_after_clean(col: ArmCollector, body: bytes, kind: str, base: MetricsSnapshot) -> None:
+    """Feed a body after a clean one, so the window deltas (rates, percentiles) run on it too."""
+    CASES[kind] += 1
+    col.window.clear()
+    base.ts = time.time() - 5.0
+    col.window.add(base)
+    sample, problem = col.read_metrics(body, t0=time.time())
+    assert (sample is None) != (problem is None)
+    if sample is not None:
+        assert_sane_sample(sample)
+        assert_sane_snapshot(col.window.newest)
+    else:
+        assert isinstance(problem, str) and problem
+
+
+def parse_direct(text: str) -> None:
+    try:
+        snap = MetricsSnapshot.parse(text, ts=0.0, only=USED_METRICS)
+    except MetricsParseError:
+        return
+    assert_sane_snapshot(snap)
+
+
+# --- /metrics text ------------------------------------------------------------------------
+# Built mostly from sampled_from, which hypothesis draws cheaply; free text and floats come in
+# at a lower rate.
+
+ODD_NUMBERS = ["+Inf", "-Inf", "Inf", "NaN", "nan", "-1", "-0.0", "1e400", "-1e400", "1e308", "0x10", "1_0",
+               "abc", "", " ", "0", "3.5", "47.0", "9" * 400, "1e-400", "Infinity", "+1", "\u22121"]
+NAMES = sorted(USED_METRICS) + [n + s for n in ("time_to_first_token_seconds", "queue_time_seconds",
+                                               "inter_token_latency_seconds") for s in ("_bucket", "_sum", "_count")]
+LABEL_KEYS = ["le", "tp_rank", "pp_rank", "dp_rank", "model_name", "mode", "priority", "endpoint", "method", "",
+              "0bad", "a-b"]
+LABEL_VALUES = ["0", "1", "+Inf", "abc", "decode", "-Inf", "NaN", "0.1", "0.5", "/metrics", "GET", "", 'x\\"y',
+                "\\n", "\u00e9", "{", "}", ","]
+few_text = st.text(max_size=8)
+number = st.sampled_from(ODD_NUMBERS) | st.floats().map(repr) | st.integers().map(str)
+
+
+def _line(prefix, name, labels, braces, sep, value, tail) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    lab = f"{braces[0]}{inner}{braces[1]}" if labels or braces == ("{", "}") else ""
+    return f"{prefix}{name}{lab}{sep}{value}{tail}"
+
+
+metric_line = st.builds(
+    _line,
+    st.sampled_from(["sglang:", "sglang_", "", "sglang::", "SGLANG:"]),
+    st.sampled_from(NAMES) | few_text,
+    st.lists(st.tuples(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES) | few_text), max_size=3),
+    st.sampled_from([("{", "}"), ("{", ""), ("", "}"), ("{", "}}"), ("{{", "}"), ("", "")]),
+    st.sampled_from([" ", "  ", "\t", ""]),
+    number,
+    st.sampled_from(["", " 1700000000", " 1700000000000 x", "  # c", "\t"]),
+)
+other_line = st.sampled_from(["# TYPE sglang:num_running_reqs gauge", "# HELP x y", "#", "", "   ", "\r",
+                              "# TYPE sglang:time_to_first_token_seconds histogram", "\x00", "\u2028"])
+
+# A small body that reads well (a TTFT histogram, the decode counter, running requests): the
+# drawn lines are also mixed into it, so odd lines meet good ones of the same series.
+GOOD = "\n".join([
+    'sglang:num_running_reqs{model_name="m",tp_rank="0"} 3.0',
+    'sglang:realtime_tokens_total{mode="decode",model_name="m",tp_rank="0"} 120000.0',
+    *(f'sglang:time_to_first_token_seconds_bucket{{le="{b}",model_name="m"}} {c}'
+      for b, c in (("0.1", 140.0), ("0.2", 200.0), ("0.4", 240.0), ("+Inf", 410.0))),
+    'sglang:time_to_first_token_seconds_sum{model_name="m"} 180.0',
+    'sglang:time_to_first_token_seconds_count{model_name="m"} 410.0',
+]) + "\n"
+# Window bases: the clean scrape a fuzzed one follows (GOOD a little earlier, or SGLang's sample).
+GOOD_BASE = MetricsSnapshot.parse(GOOD.replace(" 410.0", " 400.0").replace(" 120000.0", " 100000.0"), ts=0.0,
+                                  only=USED_METRICS)
+SAMPLE_BASE = MetricsSnapshot.parse(SAMPLE_TEXT, ts=0.0, only=USED_METRICS)
+
+
+@fuzz(250)
+@given(st.lists(metric_line | other_line, max_size=8))
+def test_fuzz_metrics_lines(col, lines):
+    text = "\n".join(lines) + "\n"
+    parse_direct(text)
+    shapes = [text, "\r\n".join(lines) + "\r\n", "\r".join(lines), text.replace("sglang:", "sglang_"),
+              GOOD + text, text + GOOD, text + text]
+    for body in shapes:
+        read_after_clean(col, body.encode(), "metrics lines", GOOD_BASE)
+
+
+@st.composite
+def mutated_sample(draw) -> bytes:
+    lines = list(SAMPLE_LINES)
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["drop", "dup", "value", "label", "insert", "truncate", "byte", "le", "swap"]))
+        if not lines:
+            lines = [draw(metric_line)]
+            continue
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "value":
+            lines[i] = re.sub(r" \S+$", " " + draw(number), lines[i])
+        elif op == "label":
+            lines[i] = re.sub(r'="[^"]*"', '="' + draw(st.sampled_from(LABEL_VALUES)) + '"', lines[i], count=1)
+        elif op == "le":
+            lines[i] = re.sub(r'le="[^"]*"', 'le="' + draw(st.sampled_from(ODD_NUMBERS)) + '"', lines[i])
+        elif op == "insert":
+            j = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:j] + draw(few_text) + lines[i][j:]
+        elif op == "truncate":
+            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
+            if draw(st.booleans()):
+                del lines[i + 1:]
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "byte":
+            raw = bytearray(lines[i].encode())
+            if raw:
+                raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+            lines[i] = raw.decode("utf-8", errors="replace")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@fuzz(150)
+@given(mutated_sample())
+def test_fuzz_mutated_sglang_sample(col, body):
+    read_after_clean(col, body, "mutated sample", SAMPLE_BASE)
+    read_after_clean(col, re.sub(rb"(?m)^sglang:", b"sglang_", body), "mutated sample", SAMPLE_BASE)
+
+
+@fuzz(300)
+@given(st.binary(max_size=2000) | st.text(max_size=300).map(str.encode))
+def test_fuzz_metrics_arbitrary_bytes(col, body):
+    read_after_clean(col, body, "metrics bytes", GOOD_BASE)
+    read_after_clean(col, GOOD.encode() + body, "metrics bytes", GOOD_BASE)
+
+
+def test_parse_error_is_the_only_exception_and_a_value_error():
+    assert issubclass(MetricsParseError, ValueError)
+    with pytest.raises(MetricsParseError):
+        MetricsSnapshot.parse('sglang:num_running_reqs{tp_rank="0" 1\n', ts=0.0, only=USED_METRICS)
+    with pytest.raises(MetricsParseError):  # more lines than the parser is given
+        MetricsSnapshot.parse("sglang:num_running_reqs 1\n" * 10_001, ts=0.0, only=USED_METRICS)
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+ODD_JSON = [None, True, False, 0, 1, -1, 47, 2**63, 2**63 + 1, -(2**63) - 1, 10**30, 10**4000, 0.5, -0.5, 1e300,
+            math.nan, math.inf, -math.inf, "", "0", "12", "1e400", "NaN", "abc", "EAGLE", "None", [], {}]
+json_scalar = st.sampled_from(ODD_JSON) | st.integers() | st.floats() | few_text
+json_value = st.recursive(json_scalar, lambda kids: st.lists(kids, max_size=4)
+                          | st.dictionaries(st.sampled_from(["a", "loads", "0", ""]) | few_text, kids, max_size=4),
+                          max_leaves=8)
+
+INFO_KEYS = ["model_path", "served_model_name", "version", "tp_size", "speculative_algorithm", "speculative_num_steps",
+             "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_draft_model_path",
+             "kv_cache_dtype", "quantization", "mem_fraction_static", "max_total_tokens", "max_total_num_tokens",
+             "max_running_requests", "chunked_prefill_size", "context_length", "enable_metrics",
+             "decode_log_interval", "sim_speed", "internal_states"]
+STATE_KEYS = ["effective_max_running_requests_per_dp", "memory_usage", "avg_spec_accept_length"]
+MEM_KEYS = ["weight", "kvcache", "graph", "token_capacity"]
+LOAD_KEYS = ["num_running_reqs", "num_waiting_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
+             "gen_throughput", "max_running_requests", "speculative"]
+GOOD_INFO = {"model_path": "m", "speculative_algorithm": "EAGLE", "max_total_num_tokens": 1000,
+             "api_key": "sk-fuzz-key",
+             "internal_states": [{"effective_max_running_requests_per_dp": 48,
+                                  "memory_usage": {"weight": 1.0, "kvcache": 2.0, "token_capacity": 1000}}]}
+GOOD_LOAD = {"num_running_reqs": 1, "num_waiting_reqs": 0, "num_used_tokens": 10, "max_total_num_tokens": 1000,
+             "token_usage": 0.01, "gen_throughput": 5.0, "speculative": {"accept_length": 2.0, "accept_rate": 0.5}}
+
+
+def server_info_shapes(v) -> list:
+    """v where a /server_info value could be: the whole body, each field, the nested states."""
+    shapes = [v, {"internal_states": [v]}, {"internal_states": [{"memory_usage": v}]}]
+    shapes += [{**GOOD_INFO, k: v} for k in INFO_KEYS]
+    shapes += [{**GOOD_INFO, "internal_states": [{**GOOD_INFO["internal_states"][0], k: v}]} for k in STATE_KEYS]
+    shapes += [{"internal_states": [{"memory_usage": {**GOOD_INFO["internal_states"][0]["memory_usage"], k: v}}]}
+               for k in MEM_KEYS]
+    shapes.append(dict.fromkeys(INFO_KEYS, v))
+    return shapes
+
+
+def loads_shapes(v) -> list:
+    shapes = [v, {"loads": v}, {"loads": [v]}, {"loads": [v, GOOD_LOAD]}]
+    shapes += [{"loads": [{**GOOD_LOAD, k: v}]} for k in LOAD_KEYS]
+    shapes += [{"loads": [{**GOOD_LOAD, "speculative": {"accept_length": 2.0, k: v}}]}
+               for k in ("accept_length", "accept_rate")]
+    shapes.append({"loads": [dict.fromkeys(LOAD_KEYS, v)]})
+    return shapes
+
+
+def as_body(value) -> bytes:
+    """How a server would send it (Python's json writes NaN/Infinity, which json_body accepts)."""
+    return json.dumps(value).encode()
+
+
+def check_info(value) -> None:
+    CASES["server_info"] += 1
+    info = arm_info_from_server_info(value)
+    if not isinstance(value, dict):
+        assert info is None
+        return
+    assert isinstance(info, ArmInfo)
+    assert_sane_numbers(info)
+    assert math.isfinite(info.time_scale) and info.time_scale > 0
+    assert info.kv_capacity_tokens is None or info.kv_capacity_tokens >= 0
+    assert info.max_running_requests is None or info.max_running_requests >= 0
+    assert "sk-fuzz-key" not in repr(info) and "sk-fuzz-key" not in repr(info.server_args())
+
+
+def check_loads(value) -> None:
+    CASES["loads"] += 1
+    r = parse_loads(value)
+    if r is None:
+        return
+    assert_sane_numbers(r)
+    for f in dataclasses.fields(r):
+        v = getattr(r, f.name)
+        assert v is None or v >= 0, (f.name, v)
+
+
+@fuzz(300)
+@given(json_value)
+def test_fuzz_server_info(v):
+    for shape in server_info_shapes(v):
+        check_info(shape)
+        check_info(json_body(as_body(shape)))  # as sent on the wire: NaN/Infinity literals, big ints
+
+
+@fuzz(300)
+@given(json_value)
+def test_fuzz_loads(v):
+    for shape in loads_shapes(v):
+        check_loads(shape)
+        check_loads(json_body(as_body(shape)))
+
+
+@fuzz(400)
+@given(st.binary(max_size=300) | st.builds(lambda v, cut: as_body(v)[:cut], json_value, st.integers(0, 200))
+       | st.sampled_from([b"[" * 100_000, b"{\"a\":" * 50_000, b"1" * 5000, b"\xff\xfe[\x00]\x00", b"NaN"]))
+def test_fuzz_json_body(body):
+    CASES["json bytes"] += 1
+    try:
+        value = json_body(body)
+    except ValueError:
+        return
+    check_info(value)
+    check_loads(value)
