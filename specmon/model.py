@@ -31,6 +31,8 @@ class ArmSpec:
     api_key_env: Optional[str] = None  # name of the env var holding the key; the key itself is never stored
     launched: bool = False  # True when specmon started this server (launch mode / demo)
     pid: Optional[int] = None  # server process id when local and known
+    fleet: Optional[str] = None  # the gateway / Prometheus fleet this worker was discovered in
+    role: Optional[str] = None  # regular | prefill | decode (a gateway's registry says)
 
 
 @dataclass
@@ -135,6 +137,53 @@ class HostReading:
 
 
 # --------------------------------------------------------------------------------------------
+# Fleets
+
+
+@dataclass
+class RankReading:
+    """One data-parallel rank of a worker (SGLang labels its series with dp_rank)."""
+
+    dp_rank: int
+    running_reqs: Optional[int] = None
+    queued_reqs: Optional[int] = None
+    kv_used_tokens: Optional[int] = None
+    kv_capacity_tokens: Optional[int] = None
+    kv_usage: Optional[float] = None
+
+
+@dataclass
+class WorkerStatus:
+    """What a gateway (or Prometheus) says about one worker, beside what the worker says itself."""
+
+    url: str
+    arm: str  # the arm name specmon shows it under
+    role: Optional[str] = None  # regular | prefill | decode
+    healthy: Optional[bool] = None
+    active_requests: Optional[int] = None  # the gateway's count of requests routed and not finished
+    circuit: Optional[str] = None  # circuit-breaker state: closed | open | half_open
+    reachable: Optional[bool] = None  # specmon can scrape the worker itself
+
+
+@dataclass
+class FleetStatus:
+    """One tick of a fleet: a gateway in front of workers, or a Prometheus server's view."""
+
+    name: str
+    kind: str  # "gateway" | "prometheus"
+    url: str
+    up: bool
+    reason: Optional[str] = None
+    workers: list[WorkerStatus] = field(default_factory=list)
+    healthy: Optional[int] = None
+    total: Optional[int] = None
+    routed_req_s: Optional[float] = None  # requests the gateway routed per second, over the last window
+    policy: Optional[str] = None  # routing policy
+    source: Optional[str] = None  # where worker figures come from: "workers" (scraped directly) | "gateway" | "prometheus"
+    scrape_interval_s: Optional[float] = None  # Prometheus: the targets' scrape interval
+
+
+# --------------------------------------------------------------------------------------------
 # One scrape of one arm
 
 
@@ -175,6 +224,12 @@ class Sample:
     scrape_s: Optional[float] = None  # how long the scrape took
     server_rss_bytes: Optional[int] = None  # server process tree, when local
     server_cpu_pct: Optional[float] = None  # server process tree, % of one core, when local
+    # Fleets (a gateway's workers, a Prometheus-scraped fleet): which worker this arm is, its
+    # role and, per data-parallel rank, what each rank runs (summed gauges never hide a rank).
+    worker: Optional[str] = None  # the worker's URL or id; None for a plain server
+    role: Optional[str] = None  # regular | prefill | decode
+    ranks: Optional[list[RankReading]] = None  # one per DP rank when the server exports them
+    stale_s: Optional[float] = None  # Prometheus fleets: age of the newest value behind this row
 
 
 def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[int]) -> Optional[float]:
@@ -196,6 +251,8 @@ SAMPLE_COLUMNS = [
     "state", "reason", "source", "ttft_p99_s", "queue_time_p50_s", "queue_time_mean_s",
     "ttft_mean_s", "itl_mean_s", "server_restarted", "scrape_s", "marker",
     "gen_tok_s_gauge", "spec_enabled", "requests_finished_total", "server_rss_bytes", "server_cpu_pct",
+    # fleets: a row per worker (and, with DP ranks, a row per rank with dp_rank set)
+    "worker", "role", "dp_rank", "stale_s",
 ]
 
 
@@ -408,6 +465,7 @@ class SamplesTick(Event):
     samples: list[Sample]
     gpus: Optional[GpuSnapshot] = None
     host: Optional[HostReading] = None
+    fleets: list[FleetStatus] = field(default_factory=list)
 
 
 @dataclass
@@ -506,6 +564,17 @@ class RampStarted(Event):
     plan: RampPlan
     time_scale: dict[str, float]  # arm -> simulated seconds per wall second (1.0 for a real server)
     workload: dict[str, Any]  # load.workload.Workload.describe()
+
+
+@dataclass
+class FleetChanged(Event):
+    """Workers joined or left a fleet (a gateway's registry, Prometheus targets). Arms of workers
+    that left stay in the record; their rows simply stop."""
+
+    fleet: str
+    added: list[ArmSpec]
+    removed: list[str]  # arm names
+    note: str
 
 
 @dataclass

@@ -6,7 +6,7 @@ with every event, in order, and nothing else writes the folder):
 | file            | from which events                                                   |
 |-----------------|---------------------------------------------------------------------|
 | events.jsonl    | every event but RequestFinished (one JSON object a line, codec.py)  |
-| samples.csv     | SamplesTick (one row per arm), Marker (a row with an empty `arm`)   |
+| samples.csv     | SamplesTick (a row per arm, + one per DP rank), Marker (empty `arm`)|
 | gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
 | requests.csv    | RequestFinished                                                     |
 | levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
@@ -300,6 +300,9 @@ class SessionWriter:
     def _on_tick(self, e: SamplesTick) -> None:
         for s in e.samples:
             self._samples.write(vars(s))
+            for rank in s.ranks or ():  # a row per DP rank under the worker's own row
+                self._samples.write({"ts": s.ts, "arm": s.arm, "up": s.up, "state": s.state, "source": s.source,
+                                     "worker": s.worker, "role": s.role, **vars(rank)})
         if e.gpus is not None:
             self._write_gpus(e.gpus, e.ts)
 

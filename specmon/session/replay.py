@@ -112,6 +112,8 @@ def load_session(path: Path) -> RecordedSession:
             if (row.get("marker") or "").strip():
                 markers.append(Marker(label=row["marker"], ts=float(row["ts"])))
             continue
+        if (row.get("dp_rank") or "").strip():
+            continue  # a DP rank's row: its worker's own row is the sample
         samples.append(_from_row(Sample, row, where))
 
     levels = [_from_row(LevelResult, row, f"{path / 'levels.csv'}:{i}")
