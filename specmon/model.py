@@ -183,6 +183,18 @@ class FleetStatus:
     scrape_interval_s: Optional[float] = None  # Prometheus: the targets' scrape interval
 
 
+@dataclass
+class FleetReading:
+    """What one poll of a fleet source found: its status, the workers to watch now, and, for
+    workers the fleet measures itself (Prometheus; a gateway's fan-out for a worker specmon cannot
+    reach), a Sample each."""
+
+    status: FleetStatus
+    workers: list[ArmSpec] = field(default_factory=list)
+    samples: dict[str, Sample] = field(default_factory=dict)  # arm -> the fleet's own reading
+    scrape_workers: bool = True  # True: scrape each worker directly as well (a gateway's workers)
+
+
 # --------------------------------------------------------------------------------------------
 # One scrape of one arm
 

@@ -10,7 +10,8 @@ with every event, in order, and nothing else writes the folder):
 | gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
 | requests.csv    | RequestFinished                                                     |
 | levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
-| session.json    | SessionStarted, ArmInfoUpdated, KneeCalled(predicted), RampStarted, |
+| session.json    | SessionStarted, ArmInfoUpdated, FleetChanged, KneeCalled(predicted),|
+|                 | RampStarted,                                                        |
 |                 | LevelFinished (knees, load_client), Marker, SessionEnded            |
 
 Rows are appended and flushed as they happen, each in one write: a row that cannot be written
@@ -41,7 +42,8 @@ from urllib.parse import urlsplit, urlunsplit
 from specmon import __version__
 from specmon.errors import UsageError
 from specmon.model import (
-    GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, GpuSnapshot,
+    GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
+    GpuSnapshot,
     KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
 )
@@ -76,6 +78,11 @@ def _without_secrets(e: Event) -> Event:
     return e
 
 
+def _arm_meta(a: ArmSpec) -> "ArmMeta":
+    return ArmMeta(name=a.name, url=public_url(a.url), launched=a.launched, api_key_env=a.api_key_env,
+                   fleet=a.fleet, role=a.role)
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
 
@@ -93,6 +100,8 @@ class ArmMeta:
     version: Optional[str] = None
     time_scale: Optional[float] = None
     server_args: Optional[dict[str, Any]] = None
+    fleet: Optional[str] = None  # discovered in this fleet (a gateway, a Prometheus server)
+    role: Optional[str] = None
 
 
 @dataclass
@@ -255,6 +264,7 @@ class SessionWriter:
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStarted: self._on_started, ArmInfoUpdated: self._on_info, SamplesTick: self._on_tick,
             KneeCalled: self._on_knee, RampStarted: self._on_ramp, RequestFinished: self._on_request,
+            FleetChanged: self._on_fleet,
             LevelFinished: self._on_level, Marker: self._on_marker, SessionEnded: self._on_ended,
         }
         self._write_meta()
@@ -282,8 +292,7 @@ class SessionWriter:
     def _on_started(self, e: SessionStarted) -> None:
         self.meta.mode, self.meta.interval_s = e.mode, e.interval_s
         self.meta.start_ts, self.meta.start_time = e.ts, _iso(e.ts)
-        self.meta.arms = [ArmMeta(name=a.name, url=public_url(a.url), launched=a.launched, api_key_env=a.api_key_env)
-                          for a in e.arms]
+        self.meta.arms = [_arm_meta(a) for a in e.arms]
         if e.launch is not None:
             self.meta.layout, self.meta.layout_file, self.meta.logs_dir = (
                 e.launch.layout, e.launch.layout_file, e.launch.logs_dir)
@@ -365,6 +374,13 @@ class SessionWriter:
         self.meta.knees.update(e.knees)
         if e.load_client:
             self.meta.load_client.append(e.load_client)
+        self._write_meta()
+
+    def _on_fleet(self, e: FleetChanged) -> None:
+        """Workers that joined get their arm entry; a row in samples.csv says who came and went."""
+        known = {a.name for a in self.meta.arms}
+        self.meta.arms += [_arm_meta(a) for a in e.added if a.name not in known]
+        self._samples.write({"ts": e.ts, "marker": e.note})
         self._write_meta()
 
     def _on_marker(self, e: Marker) -> None:

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
-    ArmInfo, ArmInfoUpdated, ArmSpec, GpuSnapshot, HostReading, LaunchContext, Marker, PredictedKnee, Sample,
-    SamplesTick, SessionEnded, SessionStarted,
+    ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
+    LaunchContext, Marker, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
 )
 from specmon.session.folder import RecordingError, SessionWriter, default_out_dir
-from specmon.session.source import Emit, Supervision, fan_out
+from specmon.session.source import Emit, FleetSource, Supervision, fan_out
 from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
 from specmon.sources.prom import MetricsSnapshot
@@ -62,6 +62,7 @@ class LiveSession:
         launch: Optional[LaunchContext] = None,
         panes: Optional[Sequence[str]] = None,
         consumers: Sequence[Emit] = (),
+        fleets: Sequence[FleetSource] = (),
     ):
         self.arms = list(arms)
         self.interval = interval
@@ -80,11 +81,18 @@ class LiveSession:
         self.panes = list(panes) if panes is not None else None
         # More consumers of the event stream (an exporter...), after the writer and the front end.
         self.consumers = list(consumers)
+        self.fleets = list(fleets)
+        self.last_fleets: list[FleetStatus] = []
+        self._fleet_polls: dict[str, asyncio.Task] = {}
+        self._fleet_task: Optional[asyncio.Task] = None
+        self._fleet_samples: dict[str, Sample] = {}  # arm -> the fleet's own reading this tick
+        self._fleet_only: set[str] = set()  # arms the fleet measures itself (no direct scrape)
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
         self._collectors: dict[str, ArmCollector] = {}
         self._inflight: dict[str, asyncio.Task] = {}
         self._info_seen: dict[str, int] = {}
+        self._closing: list[asyncio.Future] = []  # collectors of workers that left, closing
         self._predicted: dict[str, PredictedKnee] = {}
         self._samples: dict[str, deque[Sample]] = {}
         self._level: Optional[int] = None
@@ -163,6 +171,8 @@ class LiveSession:
                 starting.result()
                 self.arms = list(self.supervisor.arms)
             self._start_collectors()
+            if self.fleets:
+                await self._poll_fleets(emit, deadline_s=max(self.interval * 0.8, min(2.0, self.scrape_timeout_s)))
             if self.ramp is not None:
                 ramp_task = asyncio.create_task(self.ramp.run(emit, self))
             reason = await self._tick_loop(emit, stop, ramp_task)
@@ -190,21 +200,95 @@ class LiveSession:
 
     def _start_collectors(self) -> None:
         for spec in self.arms:
-            self._collectors[spec.name] = ArmCollector(
-                spec, timeout_s=self.scrape_timeout_s, window_s=self.window_s,
-                retry_min_s=self.interval, retry_max_s=max(8 * self.interval, 2.0))
-            self._samples[spec.name] = deque(maxlen=SAMPLES_KEPT)
+            self._start_collector(spec)
         self._host = HostCollector(self.arms)
         if self._nvml is None:
             self._nvml = NvmlReader()
 
+    def _start_collector(self, spec: ArmSpec) -> None:
+        self._collectors[spec.name] = ArmCollector(
+            spec, timeout_s=self.scrape_timeout_s, window_s=self.window_s,
+            retry_min_s=self.interval, retry_max_s=max(8 * self.interval, 2.0))
+        self._samples.setdefault(spec.name, deque(maxlen=SAMPLES_KEPT))
+
+    # ---- fleets: workers that come and go -------------------------------------------------------
+    async def _poll_fleets(self, emit: Emit, deadline_s: float) -> None:
+        """Poll every fleet source (a poll that is late is used on a later tick, like a scrape),
+        then make the watched arms the fleets' workers: new ones start, gone ones stop (their
+        rows stop; everything recorded stays)."""
+        for f in self.fleets:
+            if f.name not in self._fleet_polls:
+                self._fleet_polls[f.name] = asyncio.create_task(f.poll())
+        await asyncio.wait(list(self._fleet_polls.values()), timeout=deadline_s)
+        self._fleet_samples = {}
+        statuses = []
+        for f in self.fleets:
+            t = self._fleet_polls[f.name]
+            if not t.done():
+                prev = next((x for x in self.last_fleets if x.name == f.name), None)
+                if prev is not None:
+                    statuses.append(prev)
+                continue
+            del self._fleet_polls[f.name]
+            exc = t.exception()
+            if exc is not None:  # a source must not raise; if it does, it is that fleet's state
+                statuses.append(FleetStatus(name=f.name, kind="unknown", url="", up=False,
+                                            reason=f"{type(exc).__name__}: {exc}"[:300]))
+                continue
+            reading = t.result()
+            statuses.append(reading.status)
+            if reading.status.up:  # a fleet that did not answer keeps its workers
+                self._reconcile(f.name, reading, emit)
+            self._fleet_samples.update(reading.samples)
+        self.last_fleets = statuses
+
+    def _reconcile(self, fleet: str, reading: FleetReading, emit: Emit) -> None:
+        now = {w.name: w for w in reading.workers}
+        mine = [a for a in self.arms if a.fleet == fleet]
+        added = [w for name, w in now.items() if name not in {a.name for a in self.arms}]
+        removed = [a.name for a in mine if a.name not in now]
+        if not added and not removed:
+            return
+        for w in added:
+            self.arms.append(w)
+            if reading.scrape_workers:
+                self._start_collector(w)
+            else:
+                self._fleet_only.add(w.name)
+                self._samples.setdefault(w.name, deque(maxlen=SAMPLES_KEPT))
+        for name in removed:
+            self.arms = [a for a in self.arms if a.name != name]
+            self._fleet_only.discard(name)
+            c = self._collectors.pop(name, None)
+            t = self._inflight.pop(name, None)
+            if t is not None:
+                t.cancel()
+            if c is not None:
+                self._closing.append(asyncio.ensure_future(c.aclose()))
+        self._host = HostCollector(self.arms)
+        words = []
+        if added:
+            words.append(f"{len(added)} joined ({', '.join(w.name for w in added)})")
+        if removed:
+            words.append(f"{len(removed)} left ({', '.join(removed)})")
+        emit(FleetChanged(fleet=fleet, added=added, removed=removed, note=f"{fleet}: " + "; ".join(words)))
+
     async def _close_collectors(self) -> None:
-        for t in self._inflight.values():
+        if self._fleet_task is not None:
+            self._fleet_task.cancel()
+            await asyncio.gather(self._fleet_task, return_exceptions=True)
+        for t in list(self._inflight.values()) + list(self._fleet_polls.values()):
             t.cancel()
-        await asyncio.gather(*self._inflight.values(), return_exceptions=True)
+        await asyncio.gather(*self._inflight.values(), *self._fleet_polls.values(), return_exceptions=True)
         self._inflight.clear()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for c in self._collectors.values():
             await c.aclose()
+        for f in self.fleets:
+            try:
+                await f.aclose()
+            except Exception:
+                pass
         if self._nvml is not None:
             self._nvml.close()
 
@@ -245,6 +329,11 @@ class LiveSession:
                 self._inflight[name] = asyncio.create_task(c.scrape())
         readings = asyncio.create_task(asyncio.to_thread(self._read_machine))
         tasks = list(self._inflight.values()) + [readings]
+        if self.fleets and (self._fleet_task is None or self._fleet_task.done()):
+            # one poll round at a time: a round that runs past this tick finishes on a later one
+            self._fleet_task = asyncio.create_task(self._poll_fleets(emit, deadline_s))
+        if self._fleet_task is not None and not self._fleet_task.done():
+            tasks.append(self._fleet_task)
         await asyncio.wait(tasks, timeout=deadline_s)
         if not readings.done():
             await asyncio.wait([readings], timeout=max(0.05, deadline_s / 4))
@@ -252,24 +341,39 @@ class LiveSession:
         if not readings.done():
             readings.cancel()
         samples = []
-        for spec in self.arms:
-            c = self._collectors[spec.name]
-            t = self._inflight[spec.name]
-            if t.done():
+        for spec in list(self.arms):
+            c = self._collectors.get(spec.name)
+            t = self._inflight.get(spec.name)
+            fleet_sample = self._fleet_samples.get(spec.name)
+            if c is None:  # measured by its fleet only (Prometheus)
+                s = fleet_sample if fleet_sample is not None else Sample(
+                    ts=ts, arm=spec.name, up=False, state="timeout", reason="no reading from its fleet this tick")
+            elif t is None:  # joined its fleet during this tick: scraped from the next one
+                s = fleet_sample if fleet_sample is not None else Sample(
+                    ts=ts, arm=spec.name, up=False, state="starting", reason="joined its fleet; first scrape next tick")
+            elif t.done():
                 del self._inflight[spec.name]
                 s = _scrape_result(t, c, ts)
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
                            reason=f"no answer from {c.base} yet (scrape running for {time.time() - ts:.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
+            if c is not None and not s.up and fleet_sample is not None and fleet_sample.up:
+                # The worker cannot be reached, its gateway can: the gateway's figures, said so.
+                fleet_sample.reason = f"worker unreachable ({s.reason}); figures from its gateway"
+                s = fleet_sample
             s.ts = ts
+            if spec.fleet is not None:
+                s.worker = s.worker or spec.url
+                s.role = s.role or spec.role
             if self.supervisor is not None:
                 self.supervisor.fill_from_log(s)  # launch mode: the server's log lines fill what the scrape lacks
             s.level, s.offered_concurrency = self._level, self._offered
-            self._attach_machine(s, gpus, per_arm.get(spec.name), c)
+            if c is not None:
+                self._attach_machine(s, gpus, per_arm.get(spec.name), c)
             samples.append(s)
             self._samples[spec.name].append(s)
-        tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts)
+        tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts, fleets=list(self.last_fleets))
         self.last_tick = tick
         emit(tick)
         self._emit_info_updates(emit)

@@ -5,6 +5,7 @@ provides, and how one event reaches every consumer.
   `ReplaySource` (replay.py) implement it; a front end never probes for attributes.
 - `RampHost`: the narrow view of the live session the ramp (ramp.py) works through.
 - `Supervision`: what launch mode plugs into the live session (servers/launch.py Supervisor).
+- `FleetSource`: where a fleet's workers come from (a gateway, a Prometheus server).
 - `fan_out`: one `emit` that calls each consumer in turn (the session folder's writer first,
   then the front end, then any other: an exporter, a test's list).
 """
@@ -15,7 +16,7 @@ import asyncio
 from pathlib import Path
 from typing import Callable, Optional, Protocol, runtime_checkable
 
-from specmon.model import ArmInfo, ArmSpec, Event, PredictedKnee, Sample
+from specmon.model import ArmInfo, ArmSpec, Event, FleetReading, PredictedKnee, Sample
 from specmon.sources.prom import MetricsSnapshot
 
 Emit = Callable[[Event], None]
@@ -83,6 +84,20 @@ class RampHost(Protocol):
         ...
 
     async def between_levels(self, level_index: int, restart: bool) -> None:
+        ...
+
+
+class FleetSource(Protocol):
+    """Where a fleet's workers come from: a gateway's registry (sources/gateway.py) or the series
+    of a Prometheus server (sources/promfleet.py). Polled once a tick, read-only."""
+
+    name: str
+
+    async def poll(self) -> FleetReading:
+        """Never raises: a fleet that cannot be read is a FleetStatus with up=False and a reason."""
+        ...
+
+    async def aclose(self) -> None:
         ...
 
 
