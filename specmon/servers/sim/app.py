@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Mount, Route
 
 from specmon.servers.sim import formats
-from specmon.servers.sim.engine import PREFIX_BLOCK, Scheduler, SimRequest
+from specmon.servers.sim.engine import Scheduler, SimRequest
 from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
 from specmon.servers.sim.stablehash import stable_hash
 from specmon.servers.sim.tokens import TokenCounter
@@ -47,6 +47,7 @@ class SimState:
         self.served_model_name = cfg.served_model_name
         a = cfg.args
         self.enable_metrics = bool(a.enable_metrics)
+        self.enable_cache_report = bool(a.enable_cache_report)
         self.api_key: Optional[str] = a.api_key
         self.spec = bool(physics.p.drafter.algorithm)
         self.num_draft_tokens = physics.num_draft_tokens
@@ -70,33 +71,15 @@ def _validation_err(errors: list, path: str, where: str) -> JSONResponse:
                         status_code=400)
 
 
-def _prefix_hashes_ids(ids: list) -> list:
-    out, h = [], 0
-    for i in range(0, len(ids) - len(ids) % PREFIX_BLOCK, PREFIX_BLOCK):
-        h = stable_hash(h, tuple(ids[i:i + PREFIX_BLOCK]))
-        out.append(h)
-    return out
-
-
-def _prefix_hashes_text(text: str) -> list:
-    out, h, step = [], 0, PREFIX_BLOCK * 4
-    for i in range(0, len(text) - len(text) % step, step):
-        h = stable_hash(h, text[i:i + step])
-        out.append(h)
-    return out
-
-
 def build_app(st: SimState) -> Starlette:
     sched = st.sched
 
     # -- request construction -------------------------------------------------------------------
     def make_request(prompt, sampling: dict, rid: Optional[str], log_metrics: bool = True) -> SimRequest:
-        if isinstance(prompt, list):
-            prompt_len = len(prompt)
-            hashes = _prefix_hashes_ids(prompt)
-        else:
-            prompt_len = st.tokens.count(prompt)
-            hashes = _prefix_hashes_text(prompt)
+        # The prompt as the tokens the prefix cache matches: input_ids as sent, text as the
+        # model's tokenizer splits it (or the simulator's stand-in tokens, see tokens.py).
+        key = tuple(prompt) if isinstance(prompt, list) else st.tokens.key(prompt)
+        prompt_len = len(key)
         max_new = sampling.get("max_new_tokens")
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         ignore_eos = bool(sampling.get("ignore_eos", False))
@@ -112,7 +95,7 @@ def build_app(st: SimState) -> Starlette:
             target, by_eos = (natural, True) if natural < max_new else (max_new, False)
         return SimRequest(rid=rid, prompt_len=prompt_len, max_new_tokens=max(1, max_new), target_len=target,
                           stop_by_eos=by_eos, t_created=st.clock.now(), log_metrics=log_metrics,
-                          prefix_hashes=hashes, seed=seed)
+                          prefix_key=key, seed=seed)
 
     async def wait_updates(r: SimRequest):
         """Yields (tokens_so_far, finished, error) each time the scheduler flushes this request."""
@@ -324,7 +307,7 @@ def build_app(st: SimState) -> Starlette:
         ss.advance(n)
         fr = formats.oai_finish_reason(r)
         matched = 2 if fr == "stop" else None
-        u = formats.usage(r)
+        u = formats.usage(r, st.enable_cache_report)
         if chat:
             out = {"id": rid, "object": "chat.completion", "created": created, "model": model,
                    "choices": [{"index": 0, "message": {"role": "assistant", "content": ss.text,
@@ -362,7 +345,8 @@ def build_app(st: SimState) -> Starlette:
                 if fin:
                     if include_usage:
                         obj = "chat.completion.chunk" if chat else "text_completion"
-                        yield "data: " + formats.usage_chunk(rid, created, model, obj, r) + "\n\n"
+                        yield "data: " + formats.usage_chunk(rid, created, model, obj, r,
+                                                             st.enable_cache_report) + "\n\n"
             yield "data: [DONE]\n\n"
             done = True
         finally:

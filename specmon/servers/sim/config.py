@@ -16,8 +16,8 @@ IGNORED_VALUE_FLAGS = ["--device", "--load-format", "--attention-backend", "--qu
                        "--cuda-graph-max-bs", "--speculative-draft-model-revision", "--watchdog-timeout",
                        "--mamba-scheduler-strategy", "--reasoning-parser", "--tool-call-parser", "--admin-api-key",
                        "--uvicorn-access-log-exclude-prefixes", "--max-prefill-tokens", "--stream-interval"]
-IGNORED_BOOL_FLAGS = ["--trust-remote-code", "--skip-server-warmup", "--disable-cuda-graph", "--enable-cache-report",
-                      "--disable-radix-cache", "--enable-mixed-chunk", "--disable-overlap-schedule",
+IGNORED_BOOL_FLAGS = ["--trust-remote-code", "--skip-server-warmup", "--disable-cuda-graph",
+                      "--enable-mixed-chunk", "--disable-overlap-schedule",
                       "--enable-metrics-for-all-schedulers", "--enable-torch-compile"]
 SPEC_ALGOS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"]
 KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--api-key", default=None)
     p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--disable-radix-cache", action="store_true", help="no prefix cache (as SGLang's flag)")
+    p.add_argument("--enable-cache-report", action="store_true",
+                   help="OpenAI usage carries prompt_tokens_details.cached_tokens (as SGLang's flag)")
     for f in IGNORED_VALUE_FLAGS:
         p.add_argument(f, default=None, dest="ignored_" + f.strip("-").replace("-", "_"))
     for f in IGNORED_BOOL_FLAGS:

@@ -5,6 +5,13 @@ and hands each request its tokens through a small mailbox that the HTTP stream d
 Admission is FIFO and needs prompt + reserved output room (SGLang's new_token_ratio) free in the
 KV pool and a free slot under max_running_requests; a decode pass that would overflow the pool
 retracts the youngest request back to the queue, as SGLang does.
+
+The prefix (radix) cache lives in the same pool: a request admitted with a cached prefix skips
+computing it; its prompt enters the tree after its prefill, its whole sequence when it finishes.
+What no running request holds is evictable: it counts as free room for admission and is evicted,
+least recently used first, as soon as running requests need the slots. One simplification: a
+running request is charged its whole sequence even where it shares a prefix with another running
+request (SGLang charges a shared prefix once), so sharing saves compute here, not pool room.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Callable, Optional
 
 from specmon.servers.sim.clock import SimClock
 from specmon.servers.sim.physics import Physics
+from specmon.servers.sim.radix import RadixCache
 from specmon.servers.sim.stablehash import draw, uniform
 
 log = logging.getLogger("sglang.sim.scheduler")
@@ -35,7 +43,7 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RETRACT_DECODE_STEPS = 20
-PREFIX_BLOCK = 32
+EAGLE_ALGOS = ("EAGLE", "EAGLE3")  # SGLang keys its radix tree by token pairs (bigrams) for these
 IDLE_REPORT_S = 30.0
 ACCEPT_STREAM = 0x5EED_ACCE_7000_0001  # xor'ed into a request's seed: its acceptance draws
 
@@ -59,11 +67,13 @@ class SimRequest:
     t_created: float
     log_metrics: bool = True
     stream: bool = True          # non-streamed requests get one output, at the end (as in SGLang)
-    prefix_hashes: list = field(default_factory=list)
+    prefix_key: Optional[tuple] = None   # the prompt as tokens (None: never cached, e.g. the warm-up)
     seed: int = 0                # the request's own draws (token ids, acceptance) come from this
     # scheduler state
     prefilled: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0       # prefix-cache hit at first admission (meta_info, cached_tokens_total)
+    tree_node: object = None     # the radix node this request holds while it runs
+    _tree_key: Optional[tuple] = None
     output_len: int = 0
     t_queued: float = 0.0
     t_forward_entry: Optional[float] = None
@@ -121,13 +131,14 @@ class Hooks:
     def on_chunk(self, s: "Scheduler", r: SimRequest, new_tokens: int, t: float) -> None: ...
     def on_finish(self, s: "Scheduler", r: SimRequest) -> None: ...
     def on_retract(self, s: "Scheduler", r: SimRequest, in_tok: int, out_tok: int) -> None: ...
+    def on_evict(self, s: "Scheduler", tokens: int, duration_s: float) -> None: ...
 
 
 class Scheduler:
     def __init__(self, physics: Physics, clock: SimClock, *, max_running_requests: int,
                  chunked_prefill_size: int, max_prefill_tokens: int, decode_log_interval: int,
                  hooks: Optional[Hooks] = None, log_lines: bool = True, seed: int = 0,
-                 flush_wall_s: float = 0.05):
+                 flush_wall_s: float = 0.05, radix_cache: bool = True):
         self.ph = physics
         self.clock = clock
         self.max_total_tokens = physics.max_total_tokens
@@ -141,6 +152,7 @@ class Scheduler:
         self.flush_wall_s = flush_wall_s
         self._urgent = False
         self.spec = bool(physics.p.drafter.algorithm)
+        self.bigram_keys = physics.p.drafter.algorithm in EAGLE_ALGOS
 
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -150,7 +162,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
         self._dirty: set = set()
-        self.prefix_cache: dict = {}
+        self.cache: Optional[RadixCache] = RadixCache() if radix_cache else None
         self.stalled_until_wall = 0.0
         # statistics
         self.finished_count = 0
@@ -192,7 +204,6 @@ class Scheduler:
         r.t_queued = self.clock.now()
         if r.accept_level < 0 and self.spec:
             r.accept_level = self.ph.accept_level_for(r.seed)
-        self._match_prefix(r)
         self.waiting.append(r)
         self._wake.set()
 
@@ -208,9 +219,12 @@ class Scheduler:
             self.running.remove(r)
         if self.chunked is r:
             self.chunked = None
+        self._release(r)
 
     def flush_prefix_cache(self) -> None:
-        self.prefix_cache.clear()
+        """/flush_cache (the server is idle: nothing holds a node)."""
+        if self.cache is not None:
+            self.cache.reset()
 
     @property
     def num_used_tokens(self) -> int:
@@ -232,21 +246,58 @@ class Scheduler:
     def is_idle(self) -> bool:
         return not self.waiting and not self.running and self.chunked is None
 
-    # -- prefix cache (device radix cache, block granularity) -----------------------------------
-    def _match_prefix(self, r: SimRequest) -> None:
-        hit = 0
-        for i, h in enumerate(r.prefix_hashes):
-            if h in self.prefix_cache:
-                hit = (i + 1) * PREFIX_BLOCK
-            else:
-                break
-        r.cached_tokens = min(hit, max(0, r.prompt_len - 1))
+    # -- prefix cache (SGLang's RadixCache, page size 1) ----------------------------------------
+    def _key_of(self, r: SimRequest, n_tokens: int) -> tuple:
+        """The tree key of the first n_tokens of r's prompt (EAGLE: token pairs, one fewer)."""
+        if r._tree_key is None:
+            k = r.prefix_key
+            r._tree_key = tuple(zip(k, k[1:])) if self.bigram_keys else k
+        return r._tree_key[:max(0, n_tokens - 1)] if self.bigram_keys else r._tree_key[:n_tokens]
 
-    def _insert_prefix(self, r: SimRequest) -> None:
-        if len(self.prefix_cache) > 200000:
-            self.prefix_cache.clear()
-        for h in r.prefix_hashes:
-            self.prefix_cache[h] = True
+    def _match(self, r: SimRequest):
+        """(cached tokens, node) for r's prompt; at most prompt_len - 1, as SGLang leaves the last
+        prompt token to compute (its logits give the first output token)."""
+        if self.cache is None or r.prefix_key is None:
+            return 0, None
+        return self.cache.match(self._key_of(r, r.prompt_len - 1))
+
+    def _hold(self, r: SimRequest, node) -> None:
+        if node is r.tree_node:
+            return
+        if node is not None:
+            self.cache.lock(node)
+        if r.tree_node is not None:
+            self.cache.unlock(r.tree_node)
+        r.tree_node = node
+
+    def _cache_prefilled(self, r: SimRequest) -> None:
+        """After a prefill pass (or chunk): r's computed prompt enters the tree, r holds it."""
+        if self.cache is not None and r.prefix_key is not None:
+            self._hold(r, self.cache.insert(self._key_of(r, r.prefilled)))
+
+    def _cache_finished(self, r: SimRequest) -> None:
+        """r is done: its sequence with KV (prompt + every output token but the last, which was
+        sampled and never fed back) stays in the tree, evictable."""
+        if self.cache is not None and r.prefix_key is not None and not r.aborted:
+            seq = r.prefix_key + tuple(r.token_ids(r.output_len)[:max(0, r.output_len - 1)])
+            self.cache.insert(tuple(zip(seq, seq[1:])) if self.bigram_keys else seq)
+        self._release(r)
+
+    def _release(self, r: SimRequest) -> None:
+        if r.tree_node is not None:
+            self.cache.unlock(r.tree_node)
+            r.tree_node = None
+
+    def _make_room(self) -> None:
+        """The pool holds running requests' KV plus the evictable cache: evict (LRU) what overflows."""
+        if self.cache is None:
+            return
+        over = self.num_used_tokens + self.cache.evictable_size - self.max_total_tokens
+        if over > 0:
+            t0 = time.perf_counter()
+            freed = self.cache.evict(over)
+            if freed:
+                self.hooks.on_evict(self, freed, time.perf_counter() - t0)
 
     # -- the loop ------------------------------------------------------------------------------
     def _new_window(self) -> dict:
@@ -366,20 +417,27 @@ class Scheduler:
             budget_chunk -= n
             budget_prefill -= n
         slots = self.max_running_requests - len(self.running) - (1 if self.chunked is not None else 0)
+        cached = 0
         while self.waiting and budget_chunk > 0 and slots > 0:
             r = self.waiting[0]
             if r.t_queued > self.t:
                 break  # arrives after this batch starts
-            need_in = r.prompt_len - r.cached_tokens
             need_total = r.prompt_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
             if need_total > rem_total:
                 break
+            # Matched when it is scheduled, as SGLang does: a prefix cached while it waited counts.
+            hit, node = self._match(r)
+            need_in = r.prompt_len - hit
             if need_in > budget_prefill and batch:
                 break
             self.waiting.popleft()
             rem_total -= need_total
             slots -= 1
-            r.prefilled = r.cached_tokens
+            self._hold(r, node)
+            if r.retractions == 0:
+                r.cached_tokens = hit  # SGLang counts a request's hit once, not again after a retraction
+            cached += hit
+            r.prefilled = hit
             n = min(r.prompt_len - r.prefilled, budget_chunk)
             batch.append((r, n))
             budget_chunk -= n
@@ -390,7 +448,6 @@ class Scheduler:
         if not batch:
             return False
         new_tokens = sum(n for _, n in batch)
-        cached = sum(r.cached_tokens for r, _ in batch if r is not self.chunked)
         ctx_pairs = sum(n * (r.prefilled + n / 2.0) for r, n in batch)
         dur = self.ph.prefill_time(new_tokens, ctx_pairs, len(batch))
         t0, t_end = self.t, self.t + dur
@@ -401,6 +458,7 @@ class Scheduler:
         self.chunked = None
         for r, n in batch:
             r.prefilled += n
+            self._cache_prefilled(r)
             if r.prefilled < r.prompt_len:
                 self.chunked = r
                 continue
@@ -412,13 +470,13 @@ class Scheduler:
             r.t_prefill_done = t_end
             r.output_len = 1
             r.t_first_token = t_end
-            self._insert_prefix(r)
             self.hooks.on_prefill_done(self, r)
             if r.output_len >= r.target_len:
                 self._finish(r, t_end, 1)
             else:
                 self.running.append(r)
                 self._deliver(r, 1, t_end)
+        self._make_room()
         self.hooks.on_prefill_pass(self, new_tokens, cached)
         return True
 
@@ -446,7 +504,7 @@ class Scheduler:
             in_tok, out_tok = victim.prompt_len, victim.output_len
             victim.retractions += 1
             victim.prefilled = 0
-            victim.cached_tokens = 0
+            self._release(victim)  # its cached prompt stays in the tree, evictable
             # It re-prefills prompt + what it already generated; output continues from there.
             self.waiting.appendleft(victim)
             self.total_retracted += 1
@@ -503,6 +561,7 @@ class Scheduler:
         if self.decode_steps % self.decode_log_interval == 0:
             self._decode_report(bs, sum_seq)   # before finished requests leave the batch
         self.running = still
+        self._make_room()
 
     def _decode_report(self, bs: int, sum_seq: int) -> None:
         w = self.window
@@ -525,6 +584,7 @@ class Scheduler:
     def _finish(self, r: SimRequest, t: float, k: int) -> None:
         r.finished = True
         r.t_finished = t
+        self._cache_finished(r)
         self.finished_count += 1
         self._deliver(r, k, t, finished=True)
         self.hooks.on_finish(self, r)

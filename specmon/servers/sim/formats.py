@@ -130,15 +130,18 @@ def chat_chunk(rid: str, created: int, model: str, *, role=None, content=None, f
 
 
 def usage(r: SimRequest, enable_cache_report: bool = False) -> dict:
+    # SGLang fills prompt_tokens_details only with --enable-cache-report and a hit (else null).
     u = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.output_len,
          "completion_tokens": r.output_len,
-         "prompt_tokens_details": {"cached_tokens": r.cached_tokens} if enable_cache_report else None,
+         "prompt_tokens_details": {"cached_tokens": r.cached_tokens}
+         if enable_cache_report and r.cached_tokens > 0 else None,
          "reasoning_tokens": 0}
     return u
 
 
-def usage_chunk(rid: str, created: int, model: str, obj: str, r: SimRequest) -> str:
-    u = usage(r)
+def usage_chunk(rid: str, created: int, model: str, obj: str, r: SimRequest,
+                enable_cache_report: bool = False) -> str:
+    u = usage(r, enable_cache_report)
     if u["prompt_tokens_details"] is None:
         del u["prompt_tokens_details"]  # the streamed usage chunk leaves the key out
     return dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [],

@@ -130,7 +130,8 @@ async def _serve(cfg, sock) -> int:
         metrics = SimMetrics(cfg.served_model_name, ph.max_total_tokens)
     sched = Scheduler(ph, clock, max_running_requests=ph.max_running_requests,
                       chunked_prefill_size=prof.chunked_prefill_size, max_prefill_tokens=prof.max_prefill_tokens,
-                      decode_log_interval=args.decode_log_interval, hooks=metrics or Hooks(), seed=args.seed)
+                      decode_log_interval=args.decode_log_interval, hooks=metrics or Hooks(), seed=args.seed,
+                      radix_cache=not args.disable_radix_cache)
     server_args = build_server_args(cfg, ph)
     st = SimState(cfg=cfg, physics=ph, scheduler=sched, clock=clock, metrics=metrics, server_args=server_args,
                   logger=log)

@@ -28,6 +28,8 @@ QUEUE_BUCKETS = [0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0, 
 STAGE_BUCKETS = [0.001 * 1.62 ** i for i in range(30)]
 RETRACTION_BUCKETS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 75, 100]
 ROUTING_KEY_EDGES = [1, 2, 3, 5, 7, 10, 20, 50, 100, 200]
+EVICTION_BUCKETS = [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01, 0.02, 0.03, 0.04, 0.05,
+                    0.1, 0.2, 0.5, 1.0]
 
 SCHED_LABELS = ["engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"]
 
@@ -145,6 +147,7 @@ class SimMetrics(Hooks):
         self.stage_prefill_forward = self.per_stage.labels(stage="prefill_forward", **L)
         self.stage_chunked_prefill = self.per_stage.labels(stage="chunked_prefill", **L)
         self._retract_counters = None
+        self._eviction = None
 
         # --- tokenizer side -----------------------------------------------------------------------
         TL = ["model_name"]
@@ -287,6 +290,21 @@ class SimMetrics(Hooks):
         b.inc(in_tok)
         c.inc(out_tok)
         s.__dict__["_retracted_since_report"] = s.__dict__.get("_retracted_since_report", 0) + 1
+
+    def on_evict(self, s, tokens, duration_s):
+        # SGLang's RadixCacheMetricsCollector (labels {"cache_type": <cache class>}): its series
+        # appear with the first eviction.
+        if self._eviction is None:
+            lab = {"cache_type": "RadixCache"}
+            self._eviction = (
+                Counter("sglang:evicted_tokens_total", "The number of tokens evicted from GPU to CPU.",
+                        list(lab)).labels(**lab),
+                Histogram("sglang:eviction_duration_seconds", "Time taken to evict memory from GPU to CPU in seconds.",
+                          list(lab), buckets=EVICTION_BUCKETS).labels(**lab),
+            )
+        count, duration = self._eviction
+        count.inc(tokens)
+        duration.observe(duration_s)
 
     def on_abort(self):
         if self._aborted is None:

@@ -42,6 +42,8 @@ def build_server_args(cfg, ph) -> dict:
         "speculative_eagle_topk": spec.eagle_topk if spec.algorithm else None,
         "speculative_num_draft_tokens": spec.num_draft_tokens if spec.algorithm else None,
         "disable_overlap_schedule": bool(spec.algorithm),
+        "disable_radix_cache": bool(a.disable_radix_cache),
+        "enable_cache_report": bool(a.enable_cache_report),
         "cuda_graph_max_bs": 48 if spec.algorithm else 256,
         "context_length": None,
     })
