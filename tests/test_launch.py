@@ -276,6 +276,65 @@ async def test_log_source_fills_a_scrape(tmp_path):
         sup.stop()
 
 
+# ---- SGLang's own start-up failures, replayed from the real logs in tests/data -----------------
+
+DATA = REPO / "tests" / "data"
+# Prints a real SGLang log (its port number replaced by the one specmon gave, with "own"), then
+# lives on deaf to SIGTERM, as SGLang 0.5.10 does after failing to bind its port; "exit N" ends
+# with that code after the lines instead.
+REPLAY = "\n".join([
+    "import signal, sys, time",
+    "path, mode = sys.argv[1], sys.argv[2]",
+    "port = sys.argv[sys.argv.index('--port') + 1]",
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)",
+    "for line in open(path):",
+    "    print(line.rstrip('\\n').replace('39113', port) if mode == 'own' else line.rstrip('\\n'), flush=True)",
+    "if mode.startswith('exit'):",
+    "    sys.exit(int(mode.split()[1]))",
+    f"if mode == 'other':\n    print({lp.READY_TEXT!r}, flush=True)",
+    "time.sleep(600)",
+])
+
+
+def replay_arm(name: str, fixture: str, mode: str) -> str:
+    return (f"  - name: {name}\n    launch:\n      command: [python, -c, {json.dumps(REPLAY)}, "
+            f"{json.dumps(str(DATA / fixture))}, {json.dumps(mode)}]\n")
+
+
+async def test_bind_error_after_loading_fails_the_arm_at_once(tmp_path):
+    """SGLang's bind error on the arm's own port (after loading weights) fails the arm as soon as
+    the line appears, named, instead of minutes later as "exited with code -9"; the same line about
+    another port is not this server's failure."""
+    layout = parse_layout("startup_timeout_s: 60\narms:\n" + replay_arm("taken", "sglang_real_bind_in_use.log", "own")
+                          + replay_arm("other", "sglang_real_bind_in_use.log", "other"), "t.yaml", env={})[0]
+    sup = Supervisor(layout, tmp_path, grace_s=2)
+    try:
+        t0 = time.monotonic()
+        await sup.start(lambda e: None)
+        took = time.monotonic() - t0
+        port = sup.launched["taken"].port
+        assert sup.failed() == {"taken": f"port {port} already in use (SGLang could not bind 127.0.0.1:{port}; "
+                                         "another process holds it)"}
+        assert took < 15, took  # the line, then TERM (ignored) and KILL 2 s later
+        assert gone([sup.launched["taken"].proc.pid]) == []
+        assert sup.launched["other"].ready
+    finally:
+        sup.stop()
+
+
+async def test_speculative_assert_named(tmp_path):
+    layout = parse_layout("arms:\n" + replay_arm("spec", "sglang_real_spec_assert.log", "exit 1"), "t.yaml", env={})[0]
+    sup = Supervisor(layout, tmp_path)
+    try:
+        with pytest.raises(ServerError, match="SGLang rejected the speculative-decoding arguments"):
+            await sup.start(lambda e: None)
+        assert sup.failed()["spec"].startswith(
+            "SGLang rejected the speculative-decoding arguments: and self.speculative_num_draft_tokens is None "
+            "(server_args.py line 3056)")
+    finally:
+        sup.stop()
+
+
 # ---- shutdown: no orphans ------------------------------------------------------------------
 
 GRANDCHILD = """
@@ -490,3 +549,72 @@ async def test_real_sglang_startup_failures_named(tmp_path):
     # scheduler asks for more memory than the machine has and the OOM killer ends it (seen once;
     # tests/test_real_sglang_facts.py keeps those lines). The layout check refuses it before launch.
     assert "kvdtype" in str(err.value) and "Traceback" not in str(err.value)
+
+
+@pytest.mark.real_sglang
+@pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")
+@pytest.mark.timeout(900)
+async def test_real_sglang_bind_error_speculative_assert_and_key(tmp_path):
+    """Real SGLang 0.5.10: (a) its port taken while it loads (a socket bound once specmon has checked
+    the port and is starting it): the bind error is named and the arm fails right after the line,
+    not after SGLang's minutes of warm-up retries; (b) EAGLE with --speculative-eagle-topk and no
+    --speculative-num-steps: SGLang's bare assert, named; (c) a server started with
+    `api_key: ${VAR}`: its server_args line shows api_key='***' and no file of the folder has the key."""
+    key = "sk-real-sglang-test-4d1c"
+    env = dict(real_env(), REAL_TEST_KEY=key)
+    cpu = "env: {SGLANG_USE_CPU_ENGINE: 1, HF_HUB_OFFLINE: 1}"
+    common = f"model_path: {rs.TINY_MODEL}, device: cpu, load_format: dummy, max_total_tokens: 8192"
+    layout, _ = parse_layout(textwrap.dedent(f"""
+        command: [{rs.SGLANG_PYTHON}, -m, sglang.launch_server]
+        startup_timeout_s: 600
+        arms:
+          - name: bind
+            launch: {{flags: {{{common}}}, {cpu}}}
+          - name: spec
+            launch: {{flags: {{{common}, speculative_algorithm: EAGLE, speculative_eagle_topk: 4}}, {cpu}}}
+          - name: keyed
+            launch: {{flags: {{{common}, api_key: "${{REAL_TEST_KEY}}"}}, {cpu}}}
+        """), "real-failures.yaml", env=env)
+    holder = socket.socket()
+    seen: dict[str, float] = {}
+    leaks = []
+
+    def emit(e):
+        if isinstance(e, ArmPhase) and e.arm == "bind" and e.phase == lp.PHASE_STARTING:
+            # specmon has found the port free and is starting SGLang: another process takes it now
+            holder.bind(("127.0.0.1", sup.launched["bind"].port))
+            holder.listen(1)
+        if isinstance(e, ArmPhase) and e.arm == "bind" and e.phase == lp.PHASE_FAILED:
+            seen["failed"] = time.monotonic()
+        if key in (getattr(e, "line", None) or "") or key in (getattr(e, "detail", None) or ""):
+            leaks.append(e)
+
+    async def watch_log():
+        log = tmp_path / "logs" / "bind.log"
+        while "line" not in seen:
+            if log.exists() and "error while attempting to bind" in log.read_text(errors="replace"):
+                seen["line"] = time.monotonic()
+            await asyncio.sleep(0.05)
+
+    sup = Supervisor(layout, tmp_path, grace_s=15, env=env)
+    watcher = asyncio.create_task(watch_log())
+    try:
+        await sup.start(emit)
+        failed = sup.failed()
+        bind_pids = [sup.launched["bind"].proc.pid]
+        assert sup.launched["keyed"].ready, failed
+    finally:
+        watcher.cancel()
+        sup.stop()
+        holder.close()
+    assert leaks == []
+    port = sup.launched["bind"].port
+    print(failed, f"bind line -> arm failed: {seen['failed'] - seen['line']:.2f} s")
+    assert failed["bind"] == f"port {port} already in use (SGLang could not bind 127.0.0.1:{port}; another process holds it)"
+    assert seen["failed"] - seen["line"] < 10  # SGLang itself would go on for up to 12 minutes
+    assert gone(bind_pids) == []
+    assert failed["spec"].startswith("SGLang rejected the speculative-decoding arguments: ")
+    assert "server_args.py line" in failed["spec"] and "--speculative-num-steps" in failed["spec"]
+    keyed_log = (tmp_path / "logs" / "keyed.log").read_text()
+    assert "api_key='***'" in keyed_log and "--api-key '***'" in keyed_log.splitlines()[0]
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and key.encode() in p.read_bytes()] == []

@@ -1,4 +1,4 @@
-"""Log-line parsing against SGLang's real lines (section 4 examples and a captured real log)."""
+"""Log-line parsing against SGLang's real lines (its documented formats and logs captured from the real server)."""
 
 from pathlib import Path
 
@@ -31,7 +31,7 @@ def test_decode_without_speculation_has_no_accept_length():
     ("[2025-11-30 09:15:43.512 TP0] Decode batch [1200], #running-req: 3, #token: 900, token usage: 0.01, "
      "accept len: 2.67, accept rate: 0.56, cuda graph: True, gen throughput (token/s): 120.50, #queue-req: 0",
      "TP0", 900, 0.01, 2.67),
-    # hybrid Mamba pool (field-facts C's model family): full token usage is the KV figure
+    # hybrid Mamba pool: full token usage is the KV figure
     ("[2025-11-30 09:15:43 TP0 EP0] Decode batch, #running-req: 16, #full token: 40000, full token usage: 0.21, "
      "mamba num: 16, mamba usage: 0.50, accept len: 1.90, accept rate: 0.30, cuda graph: True, "
      "gen throughput (token/s): 1686.10, #queue-req: 2", "TP0 EP0", 40000, 0.21, 1.90),
@@ -109,7 +109,8 @@ def test_empty_state_is_all_unknown():
 
 @pytest.mark.parametrize("lines, cause", [
     (["ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use"],
-     "port in use"),
+     "port 30000 already in use (SGLang could not bind 127.0.0.1:30000; another process holds it)"),
+    (["OSError: [Errno 98] Address already in use"], "port in use"),
     (["[2025-11-30 09:15:02] ValueError: Spec v2 currently only supports topk = 1 for speculative decoding."],
      "speculative_eagle_topk must be unset (or 1) with SGLANG_ENABLE_SPEC_V2=1"),
     (["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"], "CUDA out of memory"),
@@ -129,3 +130,54 @@ def test_failure_cause_from_real_argparse_error():
     lines = (DATA / "sglang_real_bad_kv_dtype.log").read_text().splitlines()
     cause = lp.failure_cause(lines)
     assert cause.startswith("bad flag: argument --kv-cache-dtype: invalid choice: 'fp9'")
+
+
+def test_real_bind_error_after_loading_weights():
+    """SGLang 0.5.10.post1 (CPU engine, serve.sh) started on a port a test socket held (bound, never
+    accepting): it loads the model, then uvicorn cannot bind at 08:36:40; the process lives on, its
+    warm-up thread polling /model_info, until it SIGKILLs itself at 08:48:42 (exit -9, 12 minutes)."""
+    lines = (DATA / "sglang_real_bind_in_use.log").read_text().splitlines()
+    assert "Initialization failed. warmup error" in lines[48] and lines[-1].startswith("requests.exceptions.ConnectTimeout")
+    hits = [(i, lp.bind_error(line)) for i, line in enumerate(lines) if lp.bind_error(line)]
+    assert [h for _, h in hits] == [("127.0.0.1", 39113)]
+    phases = [p[0] for p in map(lp.parse_phase, lines[:hits[0][0]]) if p]
+    assert lp.PHASE_KV_POOL in phases  # after the weights and the KV pool
+    assert lp.failure_cause(lines) == "port 39113 already in use (SGLang could not bind 127.0.0.1:39113; another process holds it)"
+    assert lp.bind_error("[2026-12-01 08:34:11] INFO:     Waiting for application shutdown.") is None
+
+
+def test_real_speculative_assert():
+    """SGLang 0.5.10.post1 with --speculative-algorithm EAGLE --speculative-eagle-topk 4 (no
+    --speculative-num-steps): a bare AssertionError in server_args.py's speculative handling."""
+    lines = (DATA / "sglang_real_spec_assert.log").read_text().splitlines()
+    assert lines[-1] == "AssertionError"
+    cause = lp.failure_cause(lines)
+    assert cause.startswith("SGLang rejected the speculative-decoding arguments: "
+                            "and self.speculative_num_draft_tokens is None (server_args.py line 3056); ")
+    assert "--speculative-num-steps" in cause
+
+
+@pytest.mark.parametrize("lines, cause", [
+    # an assert with a message, in SGLang's speculative handling: the message
+    (['  File "/v/sglang/srt/server_args.py", line 2979, in _handle_speculative_decoding',
+      "    assert not MoeRunnerBackend(",
+      "AssertionError: Currently speculative MoE runner backend doesn't support flashinfer_trtllm"],
+     "SGLang rejected the speculative-decoding arguments: Currently speculative MoE runner backend doesn't "
+     "support flashinfer_trtllm (server_args.py line 2979)"),
+    # Python 3.10 prints the statement's first line only: the place is all there is
+    (['  File "/v/sglang/srt/server_args.py", line 3054, in _handle_speculative_decoding',
+      "    assert (", "AssertionError"],
+     "SGLang rejected the speculative-decoding arguments: assert failed (server_args.py line 3054)"),
+    # a bare assert elsewhere: the failing source line and the place
+    (["Traceback (most recent call last):", '  File "/v/sglang/srt/server_args.py", line 6081, in check_server_args',
+      "    assert self.base_gpu_id >= 0", "           ^^^^^^^^^^^^^^^^^^^^^", "AssertionError"],
+     "AssertionError: assert self.base_gpu_id >= 0 (server_args.py line 6081, in check_server_args)"),
+])
+def test_assertion_causes(lines, cause):
+    assert lp.failure_cause(lines) == cause
+
+
+def test_an_earlier_assert_does_not_hide_the_last_exception():
+    lines = ['  File "/v/sglang/srt/server_args.py", line 3054, in _handle_speculative_decoding', "    assert (",
+             "AssertionError", "later:", "RuntimeError: the one that ended it"]
+    assert lp.failure_cause(lines) == "RuntimeError: the one that ended it"

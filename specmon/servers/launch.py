@@ -338,6 +338,7 @@ class LaunchedArm:
     cause: Optional[str] = None
     ready: bool = False
     ready_line_seen: bool = False
+    fatal: Optional[str] = None  # a line said this start cannot succeed (e.g. its port taken): the cause
     starts: int = 0
     stopping: bool = False
     reader: Optional[threading.Thread] = None
@@ -508,7 +509,7 @@ class Supervisor:
     async def _start_arm(self, a: LaunchedArm) -> None:
         a.starts += 1
         a.ready = a.ready_line_seen = a.stopping = False
-        a.cause = None
+        a.cause = a.fatal = None
         a.state = lp.LogState()
         a.tail.clear()
         host = a.layout.launch.host  # type: ignore[union-attr]
@@ -555,6 +556,10 @@ class Supervisor:
                 if proc.poll() is not None:
                     await self._died(a, proc, during="startup")
                     return
+                if a.fatal is not None:
+                    # SGLang would hang on (minutes, for a taken port) before it exits: stop it now.
+                    await self._died(a, proc, during="startup")
+                    return
                 if a.ready_line_seen or await _health_ok(client, a.spec.url):
                     a.ready = True
                     detail = None if a.ready_line_seen else "/health 200"
@@ -587,7 +592,7 @@ class Supervisor:
             await asyncio.to_thread(a.reader.join, 2.0)
         with a.lock:
             tail = list(a.tail)
-        cause = lp.failure_cause(tail) or f"exited with code {proc.returncode} during {during}"
+        cause = a.fatal or lp.failure_cause(tail) or f"exited with code {proc.returncode} during {during}"
         self._fail(a, cause)
 
     def _stop_arm(self, a: LaunchedArm, grace_s: Optional[float] = None) -> None:
@@ -629,6 +634,10 @@ class Supervisor:
                 with a.lock:
                     a.tail.append(line)
                     a.state.feed(line)
+                if not a.ready and proc is a.proc:
+                    bound = lp.bind_error(line)
+                    if bound is not None and bound[1] == a.port:  # our port, not some other socket's
+                        a.fatal = lp.bind_error_cause(*bound)
                 phase = lp.parse_phase(line)
                 if phase is not None and proc is a.proc:
                     if phase[0] == lp.PHASE_READY:

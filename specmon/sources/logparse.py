@@ -3,9 +3,9 @@
 A launched server's stderr says what its scheduler is doing even without ``--enable-metrics``:
 ``Decode batch`` lines (every ``--decode-log-interval`` steps) carry running/queued requests, KV
 tokens and usage, acceptance length and generation throughput; ``Prefill batch`` lines carry the
-queue and usage after each prefill; startup lines say which phase the server is in. Formats are
-SGLang 0.5.10's (sglang-observability.md sections 4.1-4.3). Everything here is a pure function of
-the text, except ``LogState`` which folds lines into the latest values.
+queue and usage after each prefill; startup lines say which phase the server is in; a dead
+server's last lines say why it died. Formats are SGLang 0.5.10's. Everything here is a pure
+function of the text, except ``LogState`` which folds lines into the latest values.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def is_ready(line: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Startup phases (section 4.3), in the order SGLang prints them.
+# Startup phases, in the order SGLang prints them.
 
 PHASE_STARTING = "starting"
 PHASE_LOADING = "loading weights"
@@ -161,7 +161,30 @@ def kv_pool_tokens(line: str) -> Optional[int]:
 # --------------------------------------------------------------------------------------------
 # Why a server died: the first known cause found in its last lines.
 
+# uvicorn's bind failure. SGLang 0.5.10 binds its HTTP port only after loading the model; the line
+# does not end the process: the launcher hangs in "Waiting for application shutdown" (deaf to
+# SIGTERM) while its warm-up thread polls /model_info on the port (120 tries, 5 s timeout each)
+# and finally SIGKILLs its own process tree ("exited with code -9"), up to 12 minutes later.
+_BIND_ERROR = re.compile(
+    r"error while attempting to bind on address \('?(?P<host>[^',]*)'?, (?P<port>\d+)\)(?:\s*:\s*\[Errno \d+\])?"
+    r":\s*address already in use", re.I)
+
+
+def bind_error(line: str) -> Optional[tuple[str, int]]:
+    """(host, port) when the line is the HTTP server failing to bind its port (see _BIND_ERROR)."""
+    m = _BIND_ERROR.search(line)
+    return (m.group("host"), int(m.group("port"))) if m else None
+
+
+_BIND_CAUSE = "port {1} already in use (SGLang could not bind {0}:{1}; another process holds it)"
+
+
+def bind_error_cause(host: str, port: int) -> str:
+    return _BIND_CAUSE.format(host, port)
+
+
 _CAUSES: list[tuple[re.Pattern, str]] = [
+    (_BIND_ERROR, _BIND_CAUSE),
     (re.compile(r"address already in use|Port is already in use|is used by a process already", re.I),
      "port in use"),
     (re.compile(r"Spec v2 currently only supports topk = 1"),
@@ -192,6 +215,45 @@ _CAUSES: list[tuple[re.Pattern, str]] = [
 ]
 _ERROR_LINE = re.compile(r"(?:^|\s)(?:error|ERROR|Error): (.+)$")
 _EXCEPTION = re.compile(r"^(?:\[[^\]]*\] )?(?P<exc>[A-Za-z_.]*(?:Error|Exception)): (?P<msg>.+)$")
+_ASSERTION = re.compile(r"^(?:\[[^\]]*\] )?AssertionError(?::\s*(?P<msg>.*))?$")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_CARETS = re.compile(r"^[\s^~]+$")
+# SGLang 0.5.10 server_args.py `_handle_speculative_decoding`: with --speculative-num-steps unset it
+# asserts that --speculative-eagle-topk and --speculative-num-draft-tokens are unset too, bare
+# (no message); Python 3.11 prints the sub-expression that failed, e.g.
+# `and self.speculative_num_draft_tokens is None`.
+_SPEC_STEPS_ASSERT = re.compile(r"self\.speculative_(?:eagle_topk|num_draft_tokens) is None")
+
+
+def assertion_cause(lines: list[str]) -> Optional[str]:
+    """A dead server's last AssertionError, named from the frame that raised it: SGLang asserts on
+    its arguments, often with no message. 'SGLang rejected the speculative-decoding arguments: ...'
+    when the frame is SGLang's speculative-decoding argument handling."""
+    for end in range(len(lines) - 1, -1, -1):
+        m = _ASSERTION.match(lines[end].strip())
+        if m:
+            break
+    else:
+        return None
+    msg = (m.group("msg") or "").strip()
+    frame, source = None, []
+    for i in range(end - 1, max(-1, end - 12), -1):
+        f = _FRAME.match(lines[i])
+        if f:
+            frame = f
+            source = [x.strip() for x in lines[i + 1:end] if x.strip() and not _CARETS.match(x)]
+            break
+    where = f"{frame.group('file').rsplit('/', 1)[-1]} line {frame.group('line')}" if frame else None
+    what = msg or (source[-1] if source and source[-1] not in ("assert (", "assert") else "")
+    if frame is not None and "speculative" in frame.group("func").lower():
+        text = f"SGLang rejected the speculative-decoding arguments: {what or 'assert failed'} ({where})"
+        if not msg and _SPEC_STEPS_ASSERT.search(what):
+            text += ("; --speculative-eagle-topk / --speculative-num-draft-tokens need "
+                     "--speculative-num-steps (give all three, or none for SGLang's defaults)")
+        return text[:300]
+    if what or where:
+        return f"AssertionError: {what or 'assert failed'}" + (f" ({where}, in {frame.group('func')})" if frame else "")
+    return None
 
 
 def failure_cause(lines: Iterable[str]) -> Optional[str]:
@@ -202,8 +264,12 @@ def failure_cause(lines: Iterable[str]) -> Optional[str]:
             m = pattern.search(line)
             if m:
                 return cause.format(*m.groups()) if m.groups() else cause
-    for line in reversed(lines):
-        m = _EXCEPTION.match(line.strip())
+    for i in range(len(lines) - 1, -1, -1):  # the last exception, an assert named from its frame
+        if _ASSERTION.match(lines[i].strip()):
+            cause = assertion_cause(lines[: i + 1])
+            if cause is not None:
+                return cause
+        m = _EXCEPTION.match(lines[i].strip())
         if m:
             return f"{m.group('exc')}: {m.group('msg')}"[:300]
     for line in reversed(lines):
