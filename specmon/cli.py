@@ -103,6 +103,29 @@ _positive = _typed(_float, check_positive, "number")
 _positives = _typed(_float_list, lambda xs: [check_positive(x) for x in xs], "numbers")
 
 
+def _check_port(n: int) -> int:
+    if not 1 <= n <= 65535:
+        raise ValueError(f"expected a port 1-65535, got {n}")
+    return n
+
+
+def _check_host(text: str) -> str:
+    if not text.strip() or not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError(f"expected a host name or address to listen on, got {text!r}")
+    return text
+
+
+_port = _typed(_int, _check_port, "port")
+_host = _typed(str, _check_host, "host")
+
+
+def _add_metrics_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="N",
+                   help="serve Prometheus metrics at http://HOST:N/metrics while the session runs (off by default)")
+    p.add_argument("--metrics-host", type=_host, default="127.0.0.1", metavar="HOST",
+                   help="address the --metrics-port server listens on (default 127.0.0.1)")
+
+
 def _add_slo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-ttft", type=_seconds, default=None, metavar="S",
                    help="TTFT SLO in seconds: per-level attainment, SLO and goodput knees (session.json)")
@@ -140,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level-duration", type=_seconds, default=None, help="simulated seconds per level")
     p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
     _add_slo_options(p)
+    _add_metrics_options(p)
 
     p = sub.add_parser("attach", help="watch running servers (read-only)")
     p.add_argument("urls", nargs="*", metavar="URL")
@@ -151,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds")
     p.add_argument("--isl", type=_tokens, default=1024, help="assumed input tokens per request, for the predicted knee")
     p.add_argument("--osl", type=_tokens, default=256, help="assumed output tokens per request, for the predicted knee")
+    _add_metrics_options(p)
 
     p = sub.add_parser("launch", help="start servers from a layout file, ramp, watch")
     p.add_argument("layout", metavar="LAYOUT.yaml")
@@ -158,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true")
     p.add_argument("--interval", type=_interval, default=None,
                    help="seconds between scrapes (default: the layout's interval_s, else 1)")
+    _add_metrics_options(p)
 
     p = sub.add_parser("ramp", help="drive a concurrency ramp against running servers")
     p.add_argument("urls", nargs="*", metavar="URL")
@@ -170,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send the load even to a server that is not on this machine (not a loopback address)")
     _add_ramp_options(p, levels_required=True)
     _add_slo_options(p)
+    _add_metrics_options(p)
 
     p = sub.add_parser("sim", help="a simulated SGLang server on 127.0.0.1 (SGLang's API, metrics and logs)",
                        add_help=False)

@@ -8,15 +8,20 @@
   (`run_front_end`, `require_an_answer`), alike for attach, ramp, launch, demo and replay; after
   a ramp also exit 2 when a server refused the credentials (401/403) and exit 3 when a server
   stopped answering and was still gone at the end of the ramp;
-- running a layout: launch its servers, ramp them, watch, stop them (`run_layout`).
+- running a layout: launch its servers, ramp them, watch, stop them (`run_layout`);
+- the Prometheus exporter `--metrics-port` asks for, listening before anything else starts
+  (`start_metrics`), as the session's extra consumer.
 
 Heavy parts (the session, the ramp, the TUI) are imported where they are used.
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -29,6 +34,7 @@ from specmon.session.source import SessionSource
 from specmon.urls import is_loopback, normalize_url
 
 if TYPE_CHECKING:
+    from specmon.exporter import Exporter
     from specmon.load.workload import Workload
     from specmon.servers.layout import Layout
     from specmon.session.live import LiveSession
@@ -130,6 +136,33 @@ def ramp_driver(arms: Sequence[ArmSpec], plan: RampPlan, workload: "Workload") -
 
 
 # --------------------------------------------------------------------------------------------
+# The Prometheus exporter (--metrics-port)
+
+
+def start_metrics(port: Optional[int], host: str = "127.0.0.1") -> list["Exporter"]:
+    """The session's extra consumers: [] without --metrics-port, else the exporter, already
+    listening (a port in use, an address not on this machine: UsageError, exit 2, before anything
+    else starts). It stops on SessionEnded, and at the latest when specmon exits."""
+    if port is None:
+        return []
+    from specmon.exporter import Exporter
+
+    exporter = Exporter()
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        exporter.start(port, host)
+    except socket.gaierror as e:
+        raise UsageError(f"--metrics-host {host}: cannot listen there ({e.strerror or e})") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UsageError(f"--metrics-port {port}: {where} is already in use") from None
+        raise UsageError(f"--metrics-port {port}: cannot listen on {where} ({e.strerror or e})") from None
+    atexit.register(exporter.stop)
+    print(f"specmon: Prometheus metrics at {exporter.url}", file=sys.stderr, flush=True)
+    return [exporter]
+
+
+# --------------------------------------------------------------------------------------------
 # Front end
 
 
@@ -172,23 +205,27 @@ def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
 # A layout, end to end (launch and demo)
 
 
-def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval: Optional[float], title: str) -> int:
+def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval: Optional[float], title: str,
+               metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1") -> int:
     """Start the layout's servers, ramp them if it has a ramp, watch, record; stop every launched
-    server at the end, whatever happened."""
+    server at the end, whatever happened. With metrics_port, the exporter listens first."""
     from specmon.servers.launch import Supervisor
     from specmon.session.folder import default_out_dir
 
     plan = layout.plan()
     workload = load_workload(plan) if plan is not None else None
+    consumers = start_metrics(metrics_port, metrics_host)
     out_dir = Path(out) if out else default_out_dir()
     supervisor = Supervisor(layout, out_dir)
     try:
-        return _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title)
+        return _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title, consumers)
     finally:
         supervisor.stop()  # every launched process group, whatever happened above
+        for exporter in consumers:
+            exporter.stop()
 
 
-def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title) -> int:
+def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title, consumers) -> int:
     from specmon.model import LaunchContext
     from specmon.session.live import LiveSession
 
@@ -200,7 +237,7 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
         arms, interval=interval or layout.interval_s, out_dir=out_dir,
         isl=plan.input_len if plan else 1024, osl=plan.output_len if plan else 256,
         ramp=ramp, supervisor=supervisor, gpu_indices=supervisor.gpu_indices(), mode="launch", launch=context,
-        panes=layout.panes,
+        panes=layout.panes, consumers=consumers,
     )
     reason = run_front_end(live, headless=headless, ramp=ramp, title=title)
     failed = supervisor.failed()

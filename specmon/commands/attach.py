@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmon.wiring import arms_from_args, require_an_answer, run_front_end
+from specmon.wiring import arms_from_args, require_an_answer, run_front_end, start_metrics
 
 
 def run(args) -> int:
     arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env)
     from specmon.session.live import LiveSession
 
+    consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
-                       isl=args.isl, osl=args.osl, mode="attach")
+                       isl=args.isl, osl=args.osl, mode="attach", consumers=consumers)
     run_front_end(live, headless=args.headless, duration_s=args.duration,
                   title="specmon attach " + " ".join(a.url for a in arms))
     require_an_answer(live, arms)

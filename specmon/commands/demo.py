@@ -20,7 +20,8 @@ def run(args) -> int:
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                     slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
-    return run_layout(layout, out=args.out, headless=args.headless, interval=None, title="specmon demo")
+    return run_layout(layout, out=args.out, headless=args.headless, interval=None, title="specmon demo",
+                      metrics_port=args.metrics_port, metrics_host=args.metrics_host)
 
 
 def apply_overrides(layout, *, levels=None, speed=None, level_duration=None, slo_ttft=None, slo_tpot=None,

@@ -20,4 +20,5 @@ def run(args) -> int:
     for w in warnings:
         print(f"specmon: warning: {w}", file=sys.stderr)
     return run_layout(layout, out=args.out, headless=args.headless, interval=args.interval,
-                      title=f"specmon launch {layout.name}")
+                      title=f"specmon launch {layout.name}",
+                      metrics_port=args.metrics_port, metrics_host=args.metrics_host)

@@ -15,6 +15,7 @@ from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
     arms_from_args, load_workload, ramp_driver, require_an_answer, require_loopback_or_yes, run_front_end,
+    start_metrics,
 )
 
 
@@ -38,9 +39,10 @@ def run(args) -> int:
 
     from specmon.session.live import LiveSession
 
+    consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     ramp = ramp_driver(arms, plan, workload)
     live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
-                       isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp")
+                       isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers)
     run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
     require_an_answer(live, arms)
     return 0
