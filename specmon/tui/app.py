@@ -25,6 +25,7 @@ from specmon.tui import messages as msg
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.fleet import FLEET_TABLE_ABOVE, FleetHeader, FleetTable
 from specmon.tui.widgets.gpu_strip import GpuStrip
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.log_pane import LogPane
@@ -77,7 +78,9 @@ class SpecmonApp(App[str]):
                         str(self.out_dir) if self.out_dir else None, id="status")
         yield GpuStrip(self.state, id="gpus")
         yield KneeBanner(self.state, id="knee")
+        yield FleetHeader(self.state, id="fleet-header")
         with VerticalScroll(id="body", can_focus=False):
+            yield FleetTable(self.state, id="fleet-table")
             yield Container(id="arms")
             with ContentSwitcher(initial="ramp", id="bottom"):
                 yield RampPane(self.state, id="ramp")
@@ -116,12 +119,16 @@ class SpecmonApp(App[str]):
     async def _sync_arms(self) -> None:
         """Mount a panel for every arm the state knows and a log pane for arms with log lines."""
         arms_box = self.query_one("#arms")
+        shown = self.state.arm_names()
+        gone = [p for p in arms_box.query(ArmPanel) if p.arm_name not in shown]  # workers that left a fleet
+        for p in gone:
+            await p.remove()
         have = {p.arm_name for p in arms_box.query(ArmPanel)}
-        new = [ArmPanel(self.state, name, id=f"arm-{i}")
-               for i, name in enumerate(self.state.arm_names()) if name not in have]
+        new = [ArmPanel(self.state, name, id=f"arm-{self.state.arm(name).index}")
+               for name in shown if name not in have]
         if new:
             await arms_box.mount_all(new)
-            self.set_class(len(self.state.arms) >= 3, "-many-arms")
+        self.set_class(len(shown) >= 3, "-many-arms")
         logs_box = self.query_one("#logs")
         have_logs = {p.arm_name for p in logs_box.query(LogPane)}
         with self.state.lock:
@@ -136,8 +143,12 @@ class SpecmonApp(App[str]):
         self._show_chosen_panes()
         if arms:
             self.query_one(GpuStrip).refresh(layout=True)
-            for p in self.query_one("#arms").query(ArmPanel):
-                p.redraw()
+            self.query_one(FleetHeader).update_visibility()
+            if self.fleet_mode:
+                self.query_one(FleetTable).redraw()
+            else:
+                for p in self.query_one("#arms").query(ArmPanel):
+                    p.redraw()
         if ramp:
             self.query_one(RampPane).redraw()
             self.query_one(KneeBanner).update_visibility()
@@ -147,14 +158,23 @@ class SpecmonApp(App[str]):
         if isinstance(self.screen, ArmDetailScreen):
             self.screen.redraw()
 
+    @property
+    def fleet_mode(self) -> bool:
+        """More arms than fit side by side: the fleet table instead of the arm panels."""
+        return len(self.state.arm_names()) > FLEET_TABLE_ABOVE
+
     def _show_chosen_panes(self) -> None:
         """The layout's `panes:` (None: all) for the parts of the screen outside the arm panels."""
         state = self.state
-        for selector, show in (("#gpus", state.shows("gpu")), ("#arms", state.shows("arms")),
+        table = self.fleet_mode
+        for selector, show in (("#gpus", state.shows("gpu")), ("#arms", state.shows("arms") and not table),
+                               ("#fleet-table", state.shows("arms") and table),
                                ("#bottom", state.shows("levels") or state.shows("log"))):
             widget = self.query_one(selector)
             if widget.display != show:
                 widget.display = show
+            if selector == "#fleet-table":
+                widget.can_focus = show  # hidden, it must not take the focus from the arm panels
         switcher = self.query_one(ContentSwitcher)
         if switcher.current == "ramp" and not state.shows("levels"):
             switcher.current = "logs"
@@ -201,6 +221,12 @@ class SpecmonApp(App[str]):
 
     def on_ramp_finished(self, m: msg.RampFinished) -> None:
         self.redraw(ramp=True)
+
+    async def on_fleet_membership(self, m: msg.FleetMembership) -> None:
+        await self._sync_arms()
+        self.redraw(arms=True)
+        if not self.display_paused:
+            self.notify(m.event.note, title="fleet", timeout=6)
 
     def on_marker_added(self, m: msg.MarkerAdded) -> None:
         self.redraw()
@@ -280,6 +306,8 @@ class SpecmonApp(App[str]):
     def focused_arm(self) -> Optional[str]:
         if isinstance(self.focused, ArmPanel):
             return self.focused.arm_name
+        if self.fleet_mode:
+            return self.query_one(FleetTable).selected_arm()
         names = self.state.arm_names()
         return names[0] if names else None
 

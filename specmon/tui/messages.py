@@ -68,6 +68,10 @@ class SessionEnded(EventMessage):
     pass
 
 
+class FleetMembership(EventMessage):
+    """Workers joined or left a fleet: panels/rows to add or remove."""
+
+
 _BY_EVENT: dict[type, type[EventMessage]] = {
     model.SamplesTick: Tick,
     model.ArmInfoUpdated: ArmInfoChanged,
@@ -80,6 +84,7 @@ _BY_EVENT: dict[type, type[EventMessage]] = {
     model.RampFinished: RampFinished,
     model.Marker: MarkerAdded,
     model.SessionEnded: SessionEnded,
+    model.FleetChanged: FleetMembership,
 }
 
 

@@ -16,6 +16,9 @@ from specmon.model import (
     ArmInfo,
     ArmInfoUpdated,
     ArmPhase,
+    ArmSpec,
+    FleetChanged,
+    FleetStatus,
     Event,
     GpuSnapshot,
     HostReading,
@@ -35,6 +38,7 @@ from specmon.model import (
 )
 from specmon.analysis.knee import label_knee
 from specmon.panes import shown
+from specmon.session.folder import public_url
 
 HISTORY_POINTS = 600  # ten minutes at 1 Hz: more than any pane is wide
 LOG_LINES = 5000
@@ -74,6 +78,9 @@ class ArmState:
     knees: list[KneeCalled] = field(default_factory=list)
     predicted_knee: Optional[KneeCalled] = None
     knees_summary: Optional[KneesSummary] = None  # after the arm's latest finished level
+    fleet: Optional[str] = None  # the gateway / Prometheus fleet it was discovered in
+    role: Optional[str] = None
+    left: bool = False  # a fleet's worker that has left: kept in the record, no longer shown
     samples_seen: int = 0
 
     def __post_init__(self) -> None:
@@ -126,6 +133,8 @@ class SessionState:
         self.ticks = 0
         self.events = 0
         self.panes: Optional[list[str]] = None  # the layout's choice (specmon/panes.py); None: all
+        self.fleets: list[FleetStatus] = []  # this tick's gateways / Prometheus fleets
+        self.fleet_notes: list[FleetChanged] = []
         for name, url in arm_urls or []:
             self.arm(name).url = url
 
@@ -140,8 +149,9 @@ class SessionState:
             return arm_state
 
     def arm_names(self) -> list[str]:
+        """The arms to show, in order of appearance (workers that left a fleet are not)."""
         with self.lock:
-            return list(self.arms)
+            return [name for name, a in self.arms.items() if not a.left]
 
     def series(self, arm: str, key: str) -> list[Optional[float]]:
         with self.lock:
@@ -174,12 +184,28 @@ class SessionState:
 
     def _on_SessionStarted(self, ev: SessionStarted) -> None:
         self.panes = list(ev.panes) if ev.panes is not None else None
+        for spec in ev.arms:
+            self._add_arm(spec)
+
+    def _add_arm(self, spec: ArmSpec) -> None:
+        arm_state = self.arm(spec.name)
+        arm_state.url = arm_state.url or public_url(spec.url)
+        arm_state.fleet, arm_state.role, arm_state.left = spec.fleet, spec.role, False
+
+    def _on_FleetChanged(self, ev: FleetChanged) -> None:
+        for spec in ev.added:
+            self._add_arm(spec)
+        for name in ev.removed:
+            if name in self.arms:
+                self.arms[name].left = True
+        self.fleet_notes.append(ev)
 
     def shows(self, pane: str) -> bool:
         return shown(self.panes, pane)
 
     def _on_SamplesTick(self, ev: SamplesTick) -> None:
         self.ticks += 1
+        self.fleets = list(ev.fleets)
         if ev.gpus is not None:
             self.gpus = ev.gpus
         if ev.host is not None:

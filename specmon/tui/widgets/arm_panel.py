@@ -43,7 +43,9 @@ class ArmPanel(Vertical, can_focus=True):
 
     def update_titles(self) -> None:
         arm = self.session.arm(self.arm_name)
-        self.border_title = f"{arm_glyph(arm.index)} {self.arm_name}"
+        # A fleet's worker says which fleet (and role) it belongs to: the panels of one gateway read as a group.
+        group = " · ".join(x for x in (arm.fleet, arm.role if arm.role not in (None, "regular") else None) if x)
+        self.border_title = f"{arm_glyph(arm.index)} {self.arm_name}" + (f" ({group})" if group else "")
         words, kind = arm_status(arm)
         self.border_subtitle = words if len(words) < 40 else words[:39] + "…"
         self.set_class(kind == "bad", "-down")

@@ -1,0 +1,181 @@
+"""Fleets: a header line per gateway or Prometheus fleet, and the fleet table (one row per
+worker) that replaces the arm panels when there are more arms than fit side by side.
+
+The table sorts on any column (click its header, or `o` to cycle), pages with the usual keys,
+and `enter`/`d` on a row opens that worker's full panes (the detail screen)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from specmon.analysis.ranks import RankImbalance, rank_imbalance
+from specmon.model import FleetStatus, Sample, kv_usage_of
+from specmon.tui import fmt
+from specmon.tui.state import ArmState, SessionState
+from specmon.tui.widgets.base import StyledWidget
+
+FLEET_TABLE_ABOVE = 4  # more arms than this: the table instead of the panels
+
+
+class FleetHeader(StyledWidget):
+    """'gw (gateway) 3/4 workers healthy · 12.5 req/s routed · policy cache_aware · from workers'."""
+
+    DEFAULT_CSS = "FleetHeader { height: auto; display: none; }"
+
+    def __init__(self, session: SessionState, **kw) -> None:
+        super().__init__(**kw)
+        self.session = session
+
+    def render(self) -> Text:
+        with self.session.lock:
+            fleets = list(self.session.fleets)
+        t = Text()
+        for i, f in enumerate(fleets):
+            if i:
+                t.append("\n")
+            t.append_text(self.line(f))
+        return t
+
+    def line(self, f: FleetStatus) -> Text:
+        t = Text()
+        t.append(f"{f.name} ", style=self.st("value"))
+        t.append(f"({f.kind}) ", style=self.st("dim"))
+        if not f.up:
+            t.append("DOWN ", style=self.st("bad"))
+            t.append(f.reason or "no reason given", style=self.st("bad"))
+            return t
+        if f.total is not None:
+            healthy = "?" if f.healthy is None else str(f.healthy)
+            style = "good" if f.healthy == f.total else "warn"
+            t.append(f"{healthy}/{f.total} workers healthy", style=self.st(style))
+        if f.routed_req_s is not None:
+            t.append(f" · {f.routed_req_s:.1f} req/s routed", style=self.st("unit"))
+        if f.policy:
+            t.append(f" · policy {f.policy}", style=self.st("unit"))
+        if f.scrape_interval_s is not None:
+            t.append(f" · scraped every {f.scrape_interval_s:g} s", style=self.st("unit"))
+        if f.source:
+            t.append(f" · figures from {f.source}", style=self.st("dim"))
+        open_circuits = [w.arm for w in f.workers if w.circuit and w.circuit != "closed"]
+        if open_circuits:
+            t.append(f" · circuit open: {', '.join(open_circuits)}", style=self.st("warn"))
+        if f.reason:
+            t.append(f" · {f.reason}", style=self.st("dim"))
+        return t
+
+    def update_visibility(self) -> None:
+        with self.session.lock:
+            self.display = bool(self.session.fleets)
+        self.refresh(layout=True)
+
+
+# (key, header) of the table's columns; the key also names the sort
+COLUMNS = [
+    ("worker", "worker"), ("state", "state"), ("role", "role"), ("running", "run"), ("queued", "queue"),
+    ("kv", "KV %"), ("tok_s", "tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "p99"), ("accept", "accept"),
+    ("active", "routed"), ("ranks", "DP imbalance"), ("stale", "age"),
+]
+
+
+def _num(v: Optional[float], spec: str) -> str:
+    return "—" if v is None else spec.format(v)
+
+
+def row_values(arm: ArmState, active: Optional[int]) -> dict[str, object]:
+    """The sortable value of each column for one worker (None sorts last)."""
+    s: Optional[Sample] = arm.last
+    im = rank_imbalance(s.ranks) if s is not None and s.ranks else None
+    return {
+        "worker": arm.name, "state": (s.state if s is not None else "starting"), "role": arm.role or "",
+        "running": s.running_reqs if s else None, "queued": s.queued_reqs if s else None,
+        "kv": kv_usage_of(s.kv_usage, s.kv_used_tokens, s.kv_capacity_tokens) if s else None,
+        "tok_s": s.gen_tok_s if s else None, "ttft_p50": s.ttft_p50_s if s else None,
+        "ttft_p99": s.ttft_p99_s if s else None, "accept": s.accept_length if s else None,
+        "active": active, "ranks": im, "stale": s.stale_s if s else None,
+    }
+
+
+def row_cells(v: dict[str, object]) -> list[Text]:
+    im = v["ranks"]
+    if im is None:
+        ranks = Text("—")
+    else:
+        figure = _num(im.running_max_over_mean, "{:.1f}x")
+        ranks = Text(f"⚠ {figure} {im.callout}" if im.callout else f"{figure} ({im.ranks} ranks)",
+                     style="bold" if im.callout else "")
+    state = str(v["state"])
+    return [
+        Text(str(v["worker"]), style="bold"),
+        Text(state.upper() if state != "up" else "up", style="" if state == "up" else "bold reverse"),
+        Text(str(v["role"]) or "—"),
+        Text(_num(v["running"], "{:d}")), Text(_num(v["queued"], "{:d}")),
+        Text(_num(None if v["kv"] is None else v["kv"] * 100, "{:.1f}")),
+        Text(_num(v["tok_s"], "{:.0f}")),
+        Text(fmt.secs(v["ttft_p50"]) if v["ttft_p50"] is not None else "—"),
+        Text(fmt.secs(v["ttft_p99"]) if v["ttft_p99"] is not None else "—"),
+        Text(_num(v["accept"], "{:.2f}")), Text(_num(v["active"], "{:d}")), ranks,
+        Text(_num(v["stale"], "{:.0f} s")),
+    ]
+
+
+def _sort_key(value: object) -> tuple:
+    if value is None:
+        return (1, 0)
+    if isinstance(value, RankImbalance):  # the worse, the higher
+        return (0, value.running_max_over_mean or 0.0)
+    return (0, value) if isinstance(value, (int, float)) else (0, str(value))
+
+
+class FleetTable(DataTable):
+    """One row per worker; `o` cycles the sort column, `O` reverses it."""
+
+    BINDINGS = [("o", "cycle_sort", "sort"), ("O", "reverse_sort", "reverse")]
+    DEFAULT_CSS = "FleetTable { height: auto; max-height: 70%; display: none; }"
+
+    def __init__(self, session: SessionState, **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+        self.session = session
+        self.can_focus = False  # until the app shows it (fleet mode)
+        self.sort_column = "worker"
+        self.sort_reverse = False
+
+    def on_mount(self) -> None:
+        for key, header in COLUMNS:
+            self.add_column(header, key=key)
+
+    def selected_arm(self) -> Optional[str]:
+        if self.row_count == 0:
+            return None
+        row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
+        return None if row_key is None else str(row_key.value)
+
+    def redraw(self) -> None:
+        with self.session.lock:
+            names = self.session.arm_names()
+            active = {w.arm: w.active_requests for f in self.session.fleets for w in f.workers}
+            values = {n: row_values(self.session.arms[n], active.get(n)) for n in names}
+        keep = self.selected_arm()
+        order = sorted(names, key=lambda n: _sort_key(values[n][self.sort_column]), reverse=self.sort_reverse)
+        self.clear()
+        for name in order:
+            self.add_row(*row_cells(values[name]), key=name)
+        if keep in values:
+            self.move_cursor(row=order.index(keep))
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        self.sort_reverse = not self.sort_reverse if key == self.sort_column else False
+        self.sort_column = key
+        self.redraw()
+
+    def action_cycle_sort(self) -> None:
+        keys = [k for k, _ in COLUMNS]
+        self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
+        self.redraw()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.redraw()
