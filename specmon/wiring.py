@@ -24,7 +24,7 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from specmon.errors import ServerError, UsageError
@@ -231,7 +231,7 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
 
     arms = supervisor.arms
     ramp = ramp_driver(arms, plan, workload) if plan is not None else None
-    context = LaunchContext(layout=layout.model_dump(mode="json", exclude={"source"}),
+    context = LaunchContext(layout=_without_keys(layout.model_dump(mode="json", exclude={"source"})),
                             layout_file=layout.source, logs_dir=str(supervisor.log_dir))
     live = LiveSession(
         arms, interval=interval or layout.interval_s, out_dir=out_dir,
@@ -249,3 +249,15 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
         print(f"specmon: {reason}", file=sys.stderr)
         return 1
     return 0
+
+
+SECRET_KEYS = ("api_key", "admin_api_key", "api-key", "admin-api-key")
+
+
+def _without_keys(obj: Any) -> Any:
+    """A layout as session.json keeps it: a key written literally into the layout becomes ***."""
+    if isinstance(obj, dict):
+        return {k: ("***" if k in SECRET_KEYS and v else _without_keys(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_without_keys(v) for v in obj]
+    return obj

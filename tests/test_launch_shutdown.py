@@ -252,6 +252,8 @@ def test_tui_ends_without_leaving_servers(tmp_path, how):
         left, took = wait_gone(pids, timeout=10)
         print(f"TUI {how}: servers gone after {took:.2f} s, exit_reason {exit_reason(session)!r}")
         assert left == []
+        # the session says how it ended (a closed terminal is a hangup to the TUI)
+        assert exit_reason(session) == {"SIGTERM": "terminated", "SIGHUP": "hangup", "hangup": "hangup"}[how]
     finally:
         if master is not None:
             os.close(master)

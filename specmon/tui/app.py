@@ -8,6 +8,7 @@ progress and log lines coalesce). Message handlers only redraw. Nothing here tal
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -89,8 +90,25 @@ class SpecmonApp(App[str]):
 
     async def on_mount(self) -> None:
         await self._sync_arms()
+        self._handle_signals()
         if self.autostart:
             self.start_live()
+
+    def _handle_signals(self) -> None:
+        """SIGTERM, SIGHUP (ssh dropped, tmux killed) and SIGINT from outside end the session as q
+        does, with the reason recorded; launched servers stop with it."""
+        loop = asyncio.get_running_loop()
+        for sig, why in ((signal.SIGTERM, "terminated"), (signal.SIGHUP, "hangup"), (signal.SIGINT, "interrupted")):
+            try:
+                loop.add_signal_handler(sig, self._quit_because, why)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (tests), or no signals on this platform
+
+    def _quit_because(self, why: str) -> None:
+        if self.live.stop_reason is None:
+            self.live.stop_reason = why
+        self.exit_reason = self.exit_reason or why
+        self.run_worker(self.action_quit(), group="quit", exclusive=True)
 
     def start_live(self) -> None:
         self._live_worker = self.run_worker(self._run_live(), name="live", group="live",
