@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device run for issue 6: NVML vs nvidia-smi under known allocations, then
+# One device run: NVML vs nvidia-smi under known allocations, then
 # `specmon attach --headless` against a simulated server while GPU memory is held, with
 # nvidia-smi logging every second beside it. Usage: gpu_device_run.sh OUTDIR [GPUS]
 # (GPUS e.g. 0 or 0,1). Expects specmon importable (PYTHONPATH) and torch on the host.

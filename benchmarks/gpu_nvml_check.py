@@ -1,4 +1,4 @@
-"""Check specmon's NVML readings against nvidia-smi on a real NVIDIA host (issue 6).
+"""Check specmon's NVML readings against nvidia-smi on a real NVIDIA host.
 
 Run on the GPU host (it needs torch there to hold known allocations):
 

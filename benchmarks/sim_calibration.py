@@ -1,4 +1,4 @@
-"""Calibration of `specmon sim` against field-facts A, from real HTTP runs against sim processes.
+"""Calibration of `specmon sim` against docs/field-notes.md A, from real HTTP runs against sim processes.
 
 Closed loop per level (C clients, each sends its next request when the previous one ends; starts
 staggered over the first e2e period, as a steady-state run would be), 8.8K +-10% token prompts,

@@ -206,9 +206,9 @@ class Sample:
     ts: float
     arm: str
     up: bool
-    state: str = "up"  # up | starting | down | refused | timeout | unauthorized | error | failed
+    state: str = "up"  # up | starting | down | refused | timeout | unauthorized | error | failed | stale
     reason: Optional[str] = None  # human words for a state other than "up"
-    source: Optional[str] = None  # "metrics" | "loads" | "log": which live source filled the values
+    source: Optional[str] = None  # "metrics" | "loads" | "log" | "prometheus": which source filled the values
     running_reqs: Optional[int] = None
     queued_reqs: Optional[int] = None
     kv_used_tokens: Optional[int] = None
@@ -242,6 +242,7 @@ class Sample:
     role: Optional[str] = None  # regular | prefill | decode
     ranks: Optional[list[RankReading]] = None  # one per DP rank when the server exports them
     stale_s: Optional[float] = None  # Prometheus fleets: age of the newest value behind this row
+    cache_hit_rate: Optional[float] = None  # prefix-cache hits / prompt tokens over a window (Prometheus fleets)
 
 
 def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[int]) -> Optional[float]:
@@ -254,7 +255,7 @@ def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[
     return None
 
 
-# The contract columns of samples.csv, in order (design.md), then our additions.
+# The contract columns of samples.csv, in order (users' scripts rely on them), then our additions.
 SAMPLE_COLUMNS = [
     "ts", "arm", "up", "running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens",
     "kv_usage", "gen_tok_s", "accept_length", "accept_rate", "ttft_p50_s", "ttft_p90_s",
@@ -265,6 +266,7 @@ SAMPLE_COLUMNS = [
     "gen_tok_s_gauge", "spec_enabled", "requests_finished_total", "server_rss_bytes", "server_cpu_pct",
     # fleets: a row per worker (and, with DP ranks, a row per rank with dp_rank set)
     "worker", "role", "dp_rank", "stale_s",
+    "cache_hit_rate",
 ]
 
 

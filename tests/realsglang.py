@@ -1,4 +1,4 @@
-"""Where the real SGLang server (CPU engine) lives, for the `real_sglang` test tier (issue 7).
+"""Where the real SGLang server (CPU engine) lives, for the `real_sglang` test tier.
 
 `../shared/real-sglang/setup.sh VENV` builds a venv with SGLang 0.5.10.post1 and `serve.sh VENV
 PORT [flags]` starts it on 127.0.0.1 with a tiny random-weight model. `.ci/run` builds the venv

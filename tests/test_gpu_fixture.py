@@ -1,4 +1,4 @@
-"""Replays what real H200s said (tests/data/gpu, issue 6) through specmon's NVML layer, the
+"""Replays what real H200s said (tests/data/gpu) through specmon's NVML layer, the
 recorder and the GPU pane, so CI keeps checking against real hardware without a GPU."""
 
 from __future__ import annotations

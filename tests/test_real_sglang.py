@@ -323,7 +323,7 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     # The queue time is the server's (histogram), never the 0.0 SGLang 0.5.10 puts in meta_info.
     qt = {c: float(rows[c]["queue_time_mean_s"] or "nan") for c in levels}
     assert qt[12] > 1.0 and qt[12] > 5 * qt[4], report
-    # The queueing knee (peers C2: queued in most samples) lands on the first level past 6.
+    # The queueing knee (D2: queued in most samples) lands on the first level past 6.
     queueing = [k for k in knees if k.definition == "queueing"]
     assert queueing and queueing[-1].concurrency == 8, report
 

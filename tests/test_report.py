@@ -204,7 +204,7 @@ def test_cost_per_million_tokens_formula():
     # $2/GPU-hour at 1000 tok/s: 3.6M tokens an hour -> $0.5556 per M tokens; two GPUs cost twice
     assert cost_per_million(2.0, 1000.0) == pytest.approx(2.0 / 3.6)
     assert cost_per_million(2.0, 1000.0, gpus=2) == pytest.approx(4.0 / 3.6)
-    # field-facts B: 1372 tok/s/GPU at $0.088/M implies ~$0.435/GPU-hour; 974 tok/s at that price -> ~$0.124
+    # docs/field-notes.md B: 1372 tok/s/GPU at $0.088/M implies ~$0.435/GPU-hour; 974 tok/s at that price -> ~$0.124
     price = 0.088 * 1372 * 3600 / 1e6
     assert cost_per_million(price, 974.0) == pytest.approx(0.124, abs=0.001)
     assert cost_per_million(None, 1000.0) is None and cost_per_million(2.0, None) is None
@@ -353,7 +353,7 @@ def test_load_sessions_refuses_a_folder_without_levels(tmp_path):
 
 
 def test_same_name_with_different_settings_is_two_configurations(tmp_path):
-    # field-facts C: one arm name, MTP on in one session and off in the other
+    # docs/field-notes.md C: one arm name, MTP on in one session and off in the other
     write_session(tmp_path / "mtp", {"tp8": [(4, 4.0, 541.9, 135.5, 0.5, None)]},
                   server_args={"tp8": {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3}})
     write_session(tmp_path / "off", {"tp8": [(4, 4.0, 542.2, 135.6, 0.5, None)]})

@@ -1,5 +1,5 @@
 """The simulator against SGLang's own tools: bench_serving as a client, the real server's /metrics
-and /server_info as the reference, and the calibration tolerances of field-facts A."""
+and /server_info as the reference, and the calibration tolerances of docs/field-notes.md A."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_sim_matches_real_sglang(tmp_path):
     if missing:
         problems.append(f"internal_states keys missing in the sim: {missing}")
     # /v1/loads: same shape without --enable-metrics. With it, this real build answers 500 (sglang
-    # issue 28887: its HTTP-metrics middleware fails on included routers with this FastAPI), which
+    # a known SGLang bug: its HTTP-metrics middleware fails on included routers with this FastAPI), which
     # specmon survives: it reads /metrics then and only falls back to /v1/loads when that is 404.
     assert real_p["loads_status"] == 500, real_p["loads_status"]
     assert real_plain["loads_status"] == 200 and real_plain["metrics_status"] == 404

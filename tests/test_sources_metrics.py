@@ -23,7 +23,7 @@ def colon_text() -> str:
 
 def underscore_text() -> str:
     """The body SGLang sends for an OpenMetrics Accept header with underscore escaping:
-    sample lines say `sglang_x`, HELP/TYPE keep `sglang:x` (reference 1.1)."""
+    sample lines say `sglang_x`, HELP/TYPE keep `sglang:x` (docs/field-notes.md, SGLang notes 0.1)."""
     return re.sub(r"^sglang:", "sglang_", colon_text(), flags=re.M)
 
 
@@ -40,7 +40,7 @@ def test_underscore_form_really_differs():
 
 
 def test_every_needed_field(snap):
-    # Values as written in the sample (sglang-observability.md section 2).
+    # Values as written in the sample (tests/data/sglang-metrics-sample.prom).
     assert snap.value("num_running_reqs") == 47.0
     assert snap.value("num_queue_reqs") == 15.0
     assert snap.value("num_used_tokens") == 58700.0

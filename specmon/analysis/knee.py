@@ -6,7 +6,7 @@ A knee is *confirmed* only when its condition holds at two consecutive valid lev
 called on the second of them (the confirming level, levels.csv `knee_confirmed`), and the knee's
 own level gets the label (levels.csv `knee`).
 
-D1 throughput plateau (peers.md C2):
+D1 throughput plateau:
     eta_k = ((X_k - X_{k-1}) / (c_k - c_{k-1})) / (X_1 / c_1)
     = output tok/s added per added stream, relative to what one stream got at the first level.
     k* = first k with eta_k < 0.15 and eta_{k+1} < 0.15 (the point estimates, two consecutive

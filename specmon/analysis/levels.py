@@ -25,7 +25,7 @@ Definitions (every "unknown" is None, never 0):
   long enough to judge (>= 3 mean e2e), or no request succeeded.
 - accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
   meta_info); the server gauge is a last-interval value, so it is only a fallback.
-- SLO attainment (peers C2 D3, only when slo_ttft_s or slo_tpot_s is given): the in-window
+- SLO attainment (D3, only when slo_ttft_s or slo_tpot_s is given): the in-window
   requests that were not cancelled are judged (slo_n); one meets the SLOs (slo_met) when it
   succeeded and its TTFT <= slo_ttft_s and its TPOT <= slo_tpot_s (a bound that is None is not
   judged; a one-token answer has no TPOT and is judged on TTFT alone). A failed request never
@@ -44,14 +44,14 @@ from specmon.model import LevelResult, Sample
 from specmon.sources.derive import histogram_quantile
 from specmon.sources.prom import Histogram
 
-QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (peers C2 D2)
+QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (D2)
 KV_FULL = 0.95
 # The server check allows 20 % slack below C - eps: the gauges are sampled, move only when the
 # scheduler reports, and the trip back (last token -> next request arriving) is in neither gauge;
 # a sped-up simulator stretches that trip by its speed. A client capped below C (a connection
 # pool of 100 under C=150 is 67 %) still falls well under it.
 SERVER_SEEN_MIN = 0.8
-THROUGHPUT_BATCH_S = 5.0  # batch-means batch length, in the arm's seconds (peers C2)
+THROUGHPUT_BATCH_S = 5.0  # batch-means batch length, in the arm's seconds (analysis/knee.py)
 MIN_BATCHES = 4
 
 

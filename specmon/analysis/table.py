@@ -1,4 +1,4 @@
-"""The per-level table, shaped like the operators' own (field-facts C) plus latency columns:
+"""The per-level table, shaped like the operators' own (docs/field-notes.md C) plus latency columns:
 
     C | achieved | out tok/s | per-user tok/s | TTFT p50/p99 | TPOT | accept | ok/failed | knee
 """

@@ -10,7 +10,7 @@ for every arm, so two arms are compared on identical input.
 Dataset prompts are sent as text; their realised length is whatever the server counts (the
 client records `meta_info.prompt_tokens`, never a guess).
 
-Dataset formats (design.md "Workload files"):
+Dataset formats (README "Workload files"):
 - JSONL of `{"prompt": "..."}`;
 - ShareGPT JSON: a list of `{"conversations": [{"from": "human", "value": "..."}, ...]}` (the
   first human turn is the prompt; JSONL with one such object per line is read too);

@@ -1,4 +1,4 @@
-"""Arms compared at matched interactivity (field-facts B): the same per-user tok/s.
+"""Arms compared at matched interactivity (docs/field-notes.md B): the same per-user tok/s.
 
 An arm's frontier is its measured levels as points (per-user tok/s, output tok/s), in ramp order.
 At a target per-user speed u*, every segment between two consecutive measured levels whose

@@ -168,7 +168,7 @@ def knees_section(arms: Sequence[ReportArm]) -> Section:
                      (f"; predicted: {k.predicted.detail}" if k.predicted is not None and k.predicted.detail else ""))
         if k.slo is not None:
             lines.append(f"{a.key}: {_slo_sentence(k.slo)}")
-    notes = ["plateau and queueing are confirmed on two consecutive valid levels (peers C2 D1/D2); "
+    notes = ["plateau and queueing are confirmed on two consecutive valid levels (D1/D2, docs/field-notes.md); "
              "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
              "confirmed when it falls at the next two levels"]
     if any(within_noise(k) for _, k in knees):

@@ -61,7 +61,7 @@ from specmon.urls import normalize_url
 SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
 COMMAND_ENV = "SPECMON_SGLANG_COMMAND"
 
-# Choices of SGLang 0.5.10's launch_server (sglang-observability.md section 5); a wrong one is an
+# Choices of SGLang 0.5.10's launch_server (docs/field-notes.md, SGLang notes 5); a wrong one is an
 # argparse error that costs a full Python+torch import to discover.
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")

@@ -2,7 +2,7 @@
 
 SGLang exposes `sglang:<name>` for a plain GET but `sglang_<name>` on sample lines when the
 client negotiates OpenMetrics with underscore escaping, while HELP/TYPE keep the colon
-(sglang-observability.md 0.1, 0.8). prometheus_client's text parser then files those samples
+(docs/field-notes.md, SGLang notes 0.1 and 0.8). prometheus_client's text parser then files those samples
 under `unknown` families, so we never trust family names or types: every *sample* is
 normalised on its own, and `sglang:x` and `sglang_x` both land under `x`.
 

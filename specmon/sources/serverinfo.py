@@ -1,6 +1,6 @@
 """What a server says about itself: /server_info -> ArmInfo, /v1/loads -> live values.
 
-/server_info echoes every ServerArgs field, including `api_key` in clear text (reference 3.2).
+/server_info echoes every ServerArgs field, including `api_key` in clear text (docs/field-notes.md, SGLang notes 3.2).
 We copy named fields only, so the key never enters an ArmInfo, a CSV or session.json.
 
 Any JSON value is accepted without an exception: a field of the wrong type or an odd number

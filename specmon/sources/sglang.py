@@ -408,7 +408,7 @@ class ArmCollector:
         if status == 401:
             return None, f"/v1/loads answered 401 ({self._auth_hint()})", True
         if status != 200:
-            # sglang issue 28887: /v1/loads can answer 500; survive it.
+            # /v1/loads can answer 500 (docs/field-notes.md, SGLang notes 3.3): survive it.
             return None, f"/v1/loads answered HTTP {status}", False
         try:
             loads: Optional[LoadsReading] = parse_loads(json_body(body))
@@ -430,7 +430,7 @@ class ArmCollector:
             kv_used_tokens=loads.used_tokens,
             kv_capacity_tokens=loads.capacity_tokens or (info.kv_capacity_tokens if info else None),
             kv_usage=usage, gen_tok_s=None, gen_tok_s_gauge=gen_gauge,
-            # /v1/loads gives the lifetime mean since start, not a window (reference 1.7).
+            # /v1/loads gives the lifetime mean since start, not a window (docs/field-notes.md, SGLang notes 1.7).
             accept_length=accept_len,
             accept_rate=loads.accept_rate if accept_len is not None else None,
             spec_enabled=spec_enabled,

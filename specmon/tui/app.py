@@ -8,6 +8,7 @@ progress and log lines coalesce). Message handlers only redraw. Nothing here tal
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -100,15 +101,33 @@ class SpecmonApp(App[str]):
         loop = asyncio.get_running_loop()
         for sig, why in ((signal.SIGTERM, "terminated"), (signal.SIGHUP, "hangup"), (signal.SIGINT, "interrupted")):
             try:
-                loop.add_signal_handler(sig, self._quit_because, why)
+                loop.add_signal_handler(sig, self._quit_because, why, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests), or no signals on this platform
 
-    def _quit_because(self, why: str) -> None:
+    def _quit_because(self, why: str, sig: int) -> None:
         if self.live.stop_reason is None:
             self.live.stop_reason = why
         self.exit_reason = self.exit_reason or why
-        self.run_worker(self.action_quit(), group="quit", exclusive=True)
+        self.run_worker(self._end_on_signal(sig), group="quit", exclusive=True)
+
+    async def _end_on_signal(self, sig: int) -> None:
+        if sig != signal.SIGHUP:
+            await self.action_quit()
+            return
+        # A hangup: the terminal is probably gone, so there is nothing to draw the goodbye on.
+        # The session still closes its recording (servers stop with it); then the process ends
+        # as the signal would have ended it.
+        if self._stop is not None:
+            self._stop.set()
+        worker = self._live_worker
+        if worker is not None and worker.is_running:
+            try:
+                await asyncio.wait_for(worker.wait(), timeout=QUIT_WAIT_S)
+            except Exception:
+                worker.cancel()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGHUP)
 
     def start_live(self) -> None:
         self._live_worker = self.run_worker(self._run_live(), name="live", group="live",
@@ -134,8 +153,19 @@ class SpecmonApp(App[str]):
         self.state.apply(event)
         self.post_message(msg.message_for(event))
 
+    def _torn_down(self) -> bool:
+        """The app is closing: its screens, and every widget on them, are being removed.
+
+        Textual's teardown (App._shutdown; run_test's exit runs it while the app's message loop
+        is still going) clears `is_running` first, then prunes the screens while the app still
+        handles messages posted before or meanwhile (the live worker's last SessionEnded,
+        LiveStopped). Those draw nothing: the widgets they would query are gone (NoMatches)."""
+        return not self.is_running
+
     async def _sync_arms(self) -> None:
         """Mount a panel for every arm the state knows and a log pane for arms with log lines."""
+        if self._torn_down():
+            return
         arms_box = self.query_one("#arms")
         shown = self.state.arm_names()
         gone = [p for p in arms_box.query(ArmPanel) if p.arm_name not in shown]  # workers that left a fleet
@@ -147,6 +177,8 @@ class SpecmonApp(App[str]):
         if new:
             await arms_box.mount_all(new)
         self.set_class(len(shown) >= 3, "-many-arms")
+        if self._torn_down():  # closed while panels were removed or mounted
+            return
         logs_box = self.query_one("#logs")
         have_logs = {p.arm_name for p in logs_box.query(LogPane)}
         with self.state.lock:
@@ -155,7 +187,7 @@ class SpecmonApp(App[str]):
             await logs_box.mount_all([LogPane(self.state, name) for name in with_logs])
 
     def redraw(self, *, arms: bool = False, ramp: bool = False, logs: bool = False) -> None:
-        if self.display_paused:
+        if self.display_paused or self._torn_down():
             return
         self.query_one(StatusBar).refresh()
         self._show_chosen_panes()
@@ -213,11 +245,15 @@ class SpecmonApp(App[str]):
 
     async def on_log_lines(self, m: msg.LogLines) -> None:
         await self._sync_arms()
+        if self._torn_down():
+            return
         if not self.logs_chosen_by_user and not self.state.ramp_started:
             self.query_one(ContentSwitcher).current = "logs"
         self.redraw(logs=True)
 
     def on_level_started(self, m: msg.LevelStarted) -> None:
+        if self._torn_down():
+            return
         if not self.logs_chosen_by_user:
             self.query_one(ContentSwitcher).current = "ramp"
         self.redraw(ramp=True)
@@ -232,7 +268,7 @@ class SpecmonApp(App[str]):
         await self._sync_arms()
         self.redraw(arms=True, ramp=True)
         ev = m.event
-        if ev.definition != "predicted" and not self.display_paused:
+        if ev.definition != "predicted" and not self.display_paused and not self._torn_down():
             where = "—" if ev.concurrency is None else f"{ev.concurrency:g}"
             noise = ", within the noise" if ev.definition == "plateau" and ev.resolved is False else ""
             self.notify(f"{ev.arm}: knee at C={where} ({ev.definition}{noise})", title="knee", timeout=8)
@@ -243,7 +279,7 @@ class SpecmonApp(App[str]):
     async def on_fleet_membership(self, m: msg.FleetMembership) -> None:
         await self._sync_arms()
         self.redraw(arms=True)
-        if not self.display_paused:
+        if not self.display_paused and not self._torn_down():
             self.notify(m.event.note, title="fleet", timeout=6)
 
     def on_marker_added(self, m: msg.MarkerAdded) -> None:
@@ -253,6 +289,8 @@ class SpecmonApp(App[str]):
         self.redraw(arms=True, ramp=True)
 
     def on_live_stopped(self, m: msg.LiveStopped) -> None:
+        if self._torn_down():
+            return
         self.query_one(StatusBar).stopped = m.reason
         self.redraw(arms=True, ramp=True, logs=True)
         self.query_one(StatusBar).refresh()
@@ -264,8 +302,9 @@ class SpecmonApp(App[str]):
             self._stop.set()
         worker = self._live_worker
         if worker is not None and worker.is_running:
-            self.query_one(StatusBar).stopped = "stopping…"
-            self.query_one(StatusBar).refresh()
+            if not self._torn_down():  # a signal's quit may come while the app is closing
+                self.query_one(StatusBar).stopped = "stopping…"
+                self.query_one(StatusBar).refresh()
             try:
                 await asyncio.wait_for(worker.wait(), timeout=QUIT_WAIT_S)
             except Exception:  # timed out or the session failed: it is over either way

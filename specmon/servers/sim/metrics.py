@@ -3,6 +3,15 @@ prometheus_client in multiprocess mode (mmap files in a private temp dir, read b
 MultiProcessCollector into a dedicated registry) behind make_asgi_app. That reproduces SGLang's
 exposition exactly: sorted label keys, no _created series, `pid` on the two mode-less gauges,
 livesum HTTP gauges, and the `sglang_` form for OpenMetrics clients.
+
+Several servers in one process (`specmon sim --workers N`) cannot share multiprocess mode (one
+directory per process): each then gets its own registry (`Families(registry)`), exposed as plain
+prometheus_client does (the pid label SGLang's two mode-less gauges carry is added by hand).
+
+Data-parallel ranks (`--dp-size N`): one SimMetrics per rank, all on the server's one Families,
+so a family exists once and each rank writes its own children, labelled dp_rank="k" as SGLang's
+schedulers label theirs when dp_rank is set (scheduler_metrics_mixin.init_metrics); the
+tokenizer-side children (no rank label) are the same objects for every rank.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
@@ -34,6 +44,29 @@ EVICTION_BUCKETS = [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.00
 SCHED_LABELS = ["engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"]
 
 
+class Families:
+    """The metric families of one simulated server, each made once (by name) and shared by its
+    DP ranks. registry None: prometheus_client's multiprocess mode, read back by a
+    MultiProcessCollector; else an own registry that holds the families themselves."""
+
+    def __init__(self, registry: "CollectorRegistry | None" = None):
+        self.own = registry
+        self._made: dict = {}
+        if registry is None:
+            self.registry = CollectorRegistry()
+            MultiProcessCollector(self.registry)
+        else:
+            self.registry = registry
+
+    def get(self, cls, name: str, doc: str, labels=(), **kw):
+        f = self._made.get(name)
+        if f is None:
+            if self.own is not None:
+                kw["registry"] = self.own
+            f = self._made[name] = cls(name, doc, list(labels), **kw)
+        return f
+
+
 def setup_multiprocess_dir() -> str:
     """Point prometheus_client at a private mmap directory (what SGLang's
     set_prometheus_multiproc_dir does); must run before any metric object is created."""
@@ -53,17 +86,25 @@ def cleanup_multiprocess_dir(d: str) -> None:
 
 
 class SimMetrics(Hooks):
-    def __init__(self, model_name: str, max_total_tokens: int, page_size: int = 1):
-        self.registry = CollectorRegistry()
-        MultiProcessCollector(self.registry)
-        L = dict(engine_type="unified", model_name=model_name, moe_ep_rank="0", pp_rank="0", tp_rank="0")
+    def __init__(self, model_name: str, max_total_tokens: int, page_size: int = 1, *,
+                 families: Optional[Families] = None, dp_rank: Optional[int] = None,
+                 engine_type: str = "unified"):
+        self.fam = families if families is not None else Families()
+        self.registry = self.fam.registry
+        F = self.fam.get
+        L = dict(engine_type=engine_type, model_name=model_name, moe_ep_rank="0", pp_rank="0", tp_rank="0")
+        sched_labels = list(SCHED_LABELS)
+        if dp_rank is not None:
+            L["dp_rank"] = str(dp_rank)
+            sched_labels.append("dp_rank")
         self.L = L
+        self.sched_labels = sched_labels
         self.model_name = model_name
 
         def g(name: str, doc: str, extra=(), mode: str = "mostrecent"):
-            labels = sorted(SCHED_LABELS + list(extra))
+            labels = sorted(sched_labels + list(extra))
             kw = {"multiprocess_mode": mode} if mode else {}
-            return Gauge(name, doc, labels, **kw)
+            return F(Gauge, name, doc, labels, **kw)
 
         def sg(name: str, doc: str, mode: str = "mostrecent"):
             return g(name, doc, mode=mode).labels(**L)
@@ -118,31 +159,33 @@ class SimMetrics(Hooks):
             self.routing_buckets.append(rk_run.labels(gt=str(lo), le=hi, **L))
             self.routing_buckets.append(rk_all.labels(gt=str(lo), le=hi, **L))
         # The two gauges without a multiprocess mode carry SGLang's pid label ("all" mode).
+        pid = {} if self.fam.own is None else {"pid": str(os.getpid())}  # multiprocess mode adds it itself
         self.num_retracted_reqs = g("sglang:num_retracted_reqs", "The number of retracted requests.",
-                                    mode="").labels(**L)
+                                    extra=tuple(pid), mode="").labels(**L, **pid)
         self.num_paused_reqs = g("sglang:num_paused_reqs", "The number of paused requests by async weight sync.",
-                                 mode="").labels(**L)
-        self.cache_config_info = Gauge("sglang:cache_config_info", "Cache configuration information.",
-                                       ["num_pages", "page_size"], multiprocess_mode="mostrecent")
+                                 extra=tuple(pid), mode="").labels(**L, **pid)
+        self.cache_config_info = F(Gauge, "sglang:cache_config_info", "Cache configuration information.",
+                                   ["num_pages", "page_size"], multiprocess_mode="mostrecent")
         self.cache_config_info.labels(num_pages=str(max_total_tokens // page_size), page_size=str(page_size)).set(1)
 
         # --- scheduler counters / histograms ------------------------------------------------------
-        self.cuda_graph_passes = Counter("sglang:cuda_graph_passes_total",
-                                         "Total number of forward passes categorized by CUDA graph.",
-                                         sorted(SCHED_LABELS + ["mode"]))
-        self.realtime_tokens = Counter(
+        self.cuda_graph_passes = F(Counter, "sglang:cuda_graph_passes_total",
+                                   "Total number of forward passes categorized by CUDA graph.",
+                                   sorted(sched_labels + ["mode"]))
+        self.realtime_tokens = F(
+            Counter,
             "sglang:realtime_tokens_total",
             "Total number of tokens processed (updated on each log interval). mode: prefill_compute, prefill_cache, decode.",
-            sorted(SCHED_LABELS + ["mode"]))
+            sorted(sched_labels + ["mode"]))
         self.passes_decode = self.cuda_graph_passes.labels(mode="decode_cuda_graph", **L)
         self.passes_prefill = self.cuda_graph_passes.labels(mode="prefill_none", **L)
         self.rt_decode = self.realtime_tokens.labels(mode="decode", **L)
         self.rt_prefill_compute = self.realtime_tokens.labels(mode="prefill_compute", **L)
         self.rt_prefill_cache = self.realtime_tokens.labels(mode="prefill_cache", **L)
-        self.queue_time = Histogram("sglang:queue_time_seconds", "Histogram of queueing time in seconds.",
-                                    SCHED_LABELS, buckets=QUEUE_BUCKETS).labels(**L)
-        self.per_stage = Histogram("sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
-                                   sorted(SCHED_LABELS + ["stage"]), buckets=STAGE_BUCKETS)
+        self.queue_time = F(Histogram, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.",
+                            sorted(sched_labels), buckets=QUEUE_BUCKETS).labels(**L)
+        self.per_stage = F(Histogram, "sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
+                           sorted(sched_labels + ["stage"]), buckets=STAGE_BUCKETS)
         self.stage_request_process = self.per_stage.labels(stage="request_process", **L)
         self.stage_prefill_forward = self.per_stage.labels(stage="prefill_forward", **L)
         self.stage_chunked_prefill = self.per_stage.labels(stage="chunked_prefill", **L)
@@ -151,41 +194,41 @@ class SimMetrics(Hooks):
 
         # --- tokenizer side -----------------------------------------------------------------------
         TL = ["model_name"]
-        self.prompt_tokens = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
-                                     TL).labels(model_name=model_name)
-        self.generation_tokens = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.",
-                                         TL).labels(model_name=model_name)
-        self.num_requests = Counter("sglang:num_requests_total", "Number of requests processed.",
-                                    TL).labels(model_name=model_name)
-        self.cached_tokens = Counter("sglang:cached_tokens_total",
-                                     "Number of cached prompt tokens by source (device/host/storage).",
-                                     ["cache_source", "model_name"])
+        self.prompt_tokens = F(Counter, "sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+                               TL).labels(model_name=model_name)
+        self.generation_tokens = F(Counter, "sglang:generation_tokens_total",
+                                   "Number of generation tokens processed.", TL).labels(model_name=model_name)
+        self.num_requests = F(Counter, "sglang:num_requests_total", "Number of requests processed.",
+                              TL).labels(model_name=model_name)
+        self.cached_tokens = F(Counter, "sglang:cached_tokens_total",
+                               "Number of cached prompt tokens by source (device/host/storage).",
+                               ["cache_source", "model_name"])
         self._aborted = None
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              TL, buckets=TTFT_BUCKETS).labels(model_name=model_name)
+        self.ttft = F(Histogram, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                      TL, buckets=TTFT_BUCKETS).labels(model_name=model_name)
         # Labelled series exist only once used: no ITL series until a streamed chunk follows a first one.
-        self._itl_family = Histogram("sglang:inter_token_latency_seconds",
-                                     "Histogram of inter-token latency in seconds.", TL, buckets=ITL_BUCKETS)
+        self._itl_family = F(Histogram, "sglang:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", TL, buckets=ITL_BUCKETS)
         self.itl = None
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds",
-                             "Histogram of End-to-end request latency in seconds", TL,
-                             buckets=E2E_BUCKETS).labels(model_name=model_name)
-        self.num_retractions = Histogram("sglang:num_retractions", "Histogram of retraction counts per request.",
-                                         TL, buckets=RETRACTION_BUCKETS).labels(model_name=model_name)
-        self.http_requests_total = Counter("sglang:http_requests_total",
-                                           "Total number of HTTP requests by endpoint and method",
-                                           ["endpoint", "method"])
-        self.http_responses_total = Counter("sglang:http_responses_total",
-                                            "Total number of HTTP responses by endpoint and status code",
-                                            ["endpoint", "method", "status_code"])
-        self.http_requests_active = Gauge("sglang:http_requests_active", "Number of currently active HTTP requests",
-                                          ["endpoint", "method"], multiprocess_mode="livesum")
-        self.routing_keys_active = Gauge("sglang:routing_keys_active",
-                                         "Number of unique routing keys with active requests",
-                                         multiprocess_mode="livesum")
+        self.e2e = F(Histogram, "sglang:e2e_request_latency_seconds",
+                     "Histogram of End-to-end request latency in seconds", TL,
+                     buckets=E2E_BUCKETS).labels(model_name=model_name)
+        self.num_retractions = F(Histogram, "sglang:num_retractions", "Histogram of retraction counts per request.",
+                                 TL, buckets=RETRACTION_BUCKETS).labels(model_name=model_name)
+        self.http_requests_total = F(Counter, "sglang:http_requests_total",
+                                     "Total number of HTTP requests by endpoint and method",
+                                     ["endpoint", "method"])
+        self.http_responses_total = F(Counter, "sglang:http_responses_total",
+                                      "Total number of HTTP responses by endpoint and status code",
+                                      ["endpoint", "method", "status_code"])
+        self.http_requests_active = F(Gauge, "sglang:http_requests_active", "Number of currently active HTTP requests",
+                                      ["endpoint", "method"], multiprocess_mode="livesum")
+        self.routing_keys_active = F(Gauge, "sglang:routing_keys_active",
+                                     "Number of unique routing keys with active requests",
+                                     multiprocess_mode="livesum")
         self.routing_keys_active.set(0)
-        self.process_cpu = Counter("sglang:process_cpu_seconds_total",
-                                   "Total CPU time consumed by this process (user + system)", ["component"])
+        self.process_cpu = F(Counter, "sglang:process_cpu_seconds_total",
+                             "Total CPU time consumed by this process (user + system)", ["component"])
 
     # --- helpers ------------------------------------------------------------------------------------
     def _common_gauges(self, s: Scheduler, running: int) -> None:
@@ -279,7 +322,7 @@ class SimMetrics(Hooks):
 
     def on_retract(self, s, r, in_tok, out_tok):
         if self._retract_counters is None:
-            mk = lambda n, d: Counter(n, d, SCHED_LABELS).labels(**self.L)  # noqa: E731
+            mk = lambda n, d: self.fam.get(Counter, n, d, sorted(self.sched_labels)).labels(**self.L)  # noqa: E731
             self._retract_counters = (
                 mk("sglang:num_retracted_requests_total", "The number of retracted requests."),
                 mk("sglang:num_retracted_input_tokens_total", "The number of retracted input tokens."),
@@ -297,10 +340,11 @@ class SimMetrics(Hooks):
         if self._eviction is None:
             lab = {"cache_type": "RadixCache"}
             self._eviction = (
-                Counter("sglang:evicted_tokens_total", "The number of tokens evicted from GPU to CPU.",
-                        list(lab)).labels(**lab),
-                Histogram("sglang:eviction_duration_seconds", "Time taken to evict memory from GPU to CPU in seconds.",
-                          list(lab), buckets=EVICTION_BUCKETS).labels(**lab),
+                self.fam.get(Counter, "sglang:evicted_tokens_total", "The number of tokens evicted from GPU to CPU.",
+                             list(lab)).labels(**lab),
+                self.fam.get(Histogram, "sglang:eviction_duration_seconds",
+                             "Time taken to evict memory from GPU to CPU in seconds.",
+                             list(lab), buckets=EVICTION_BUCKETS).labels(**lab),
             )
         count, duration = self._eviction
         count.inc(tokens)
@@ -308,8 +352,8 @@ class SimMetrics(Hooks):
 
     def on_abort(self):
         if self._aborted is None:
-            self._aborted = Counter("sglang:num_aborted_requests_total", "Number of requests aborted.",
-                                    ["model_name"]).labels(model_name=self.model_name)
+            self._aborted = self.fam.get(Counter, "sglang:num_aborted_requests_total", "Number of requests aborted.",
+                                         ["model_name"]).labels(model_name=self.model_name)
         self._aborted.inc()
 
     def sample_cpu(self, tokenizer_s: float, detok_s: float) -> None:

@@ -1,6 +1,6 @@
 """Hardware, model and drafter profiles for the simulator.
 
-Numbers are public spec-sheet figures (GPU) or derived from the model shapes of field-facts A; the
+Numbers are public spec-sheet figures (GPU) or derived from the model shapes of docs/field-notes.md A; the
 efficiency factors are the calibration knobs (see benchmarks/sim_calibration.py).
 """
 
@@ -23,7 +23,7 @@ H200 = Gpu(
 )
 GPUS = {"rtx-pro-6000": RTX_PRO_6000, "h200": H200}
 
-# ~27B dense model of field-facts A: 64 layers, 8 KV heads of dim 256 -> 256 KiB of FP8 KV per token.
+# ~27B dense model of docs/field-notes.md A: 64 layers, 8 KV heads of dim 256 -> 256 KiB of FP8 KV per token.
 DENSE_27B = Model(
     name="dense-27b",
     model_path="Qwen/Qwen3.8-27B",
@@ -67,7 +67,7 @@ DSPARK = Drafter(
 )
 DRAFTERS = {"none": NO_SPEC, "mtp": MTP, "dflash": DFLASH, "dspark": DSPARK}
 
-# max_running_requests: SGLang's default is 48 with speculation; the NVFP4 arms of field-facts A
+# max_running_requests: SGLang's default is 48 with speculation; the NVFP4 arms of docs/field-notes.md A
 # ran a 16-17% higher cap (56), the FP8 arms 48; without speculation SGLang sizes it from the pool.
 PROFILES: dict[str, Profile] = {}
 
