@@ -26,7 +26,7 @@ from typing import Optional
 
 import httpx
 
-from specmon.model import ArmInfo, ArmSpec, Sample
+from specmon.model import ArmInfo, ArmSpec, Sample, kv_usage_of
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, json_body, parse_loads
@@ -364,9 +364,7 @@ class ArmCollector:
             cap = info.kv_capacity_tokens
         # KV usage: SGLang's own token_usage gauge (num_used_tokens / pool, or the max over
         # pools for hybrid SWA/Mamba models); used/capacity only when the gauge is missing.
-        usage = _nonneg(snap.value("token_usage"))
-        if usage is None and used is not None and cap:
-            usage = used / cap
+        usage = kv_usage_of(_nonneg(snap.value("token_usage")), used, cap)
         # Output tok/s: emitted tokens per (simulated) second from the per-step decode counter;
         # generation_tokens_total (added at request finish, so it lags) only if that is absent.
         gen = w.rate("realtime_tokens_total", scale, mode="decode")
@@ -419,9 +417,7 @@ class ArmCollector:
         info = self.info
         spec_enabled = info.speculative if info else None
         accept_len = loads.accept_length if spec_enabled is not False and (loads.accept_length or 0) >= 1 else None
-        usage = loads.token_usage
-        if usage is None and loads.used_tokens is not None and loads.capacity_tokens:
-            usage = loads.used_tokens / loads.capacity_tokens
+        usage = kv_usage_of(loads.token_usage, loads.used_tokens, loads.capacity_tokens)
         # Without --enable-metrics SGLang leaves gen_throughput at 0: that 0 is not a measurement.
         gen_gauge = loads.gen_throughput if info and info.enable_metrics else None
         return Sample(
