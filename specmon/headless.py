@@ -17,6 +17,7 @@ from typing import Optional, TextIO
 from specmon.analysis.knee import slo_condition, slo_sentence
 from specmon.session.live import LiveSession
 from specmon.session.source import SessionSource
+from specmon.urls import without_credentials
 from specmon.model import (
     KneesSummary,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
@@ -127,7 +128,7 @@ class HeadlessPrinter:
     def __call__(self, e: Event) -> None:
         line = self.render(e)
         if line:
-            print(line, file=self.out, flush=True)
+            print(without_credentials(line), file=self.out, flush=True)
 
     def render(self, e: Event) -> Optional[str]:
         if isinstance(e, SamplesTick):

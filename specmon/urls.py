@@ -55,3 +55,12 @@ def is_loopback(url: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
+
+
+def without_credentials(text: str) -> str:
+    """Any `scheme://user:password@` in the text with the user:password taken out: what a URL may
+    look like wherever it is shown or written."""
+    return _CREDENTIALS.sub(r"\1", text)

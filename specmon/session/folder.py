@@ -49,6 +49,7 @@ from specmon.model import (
 )
 from specmon.analysis.knee import label_knee
 from specmon.session import codec
+from specmon.urls import without_credentials
 
 EVENTS_FILE = "events.jsonl"
 
@@ -218,7 +219,7 @@ class _CsvFile:
         self._file.write_line(buf.getvalue())
 
     def write(self, values: dict[str, Any]) -> None:
-        self._write([codec.cell(values.get(c), c) for c in self.columns])
+        self._write([without_credentials(codec.cell(values.get(c), c)) for c in self.columns])
 
     def close(self) -> None:
         self._file.close()
@@ -279,7 +280,7 @@ class SessionWriter:
                         self._late_marker(e)
                     return
                 if not isinstance(e, RequestFinished):  # requests.csv is the requests' record
-                    self._events.write_line(codec.encode_event(_without_secrets(e)) + "\n")
+                    self._events.write_line(without_credentials(codec.encode_event(_without_secrets(e))) + "\n")
                 handler = self._handlers.get(type(e))
                 if handler is not None:
                     handler(e)
@@ -408,7 +409,8 @@ class SessionWriter:
         path = self.out_dir / "session.json"
         tmp = path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(self.meta.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+            tmp.write_text(without_credentials(json.dumps(self.meta.to_json(), indent=2, default=str)) + "\n",
+                           encoding="utf-8")
             os.replace(tmp, path)
         except OSError as e:
             try:

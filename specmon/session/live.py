@@ -356,7 +356,7 @@ class LiveSession:
                 s = _scrape_result(t, c, ts)
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
-                           reason=f"no answer from {c.base} yet (scrape running for "
+                           reason=f"no answer from {c.shown} yet (scrape running for "
                                   f"{time.time() - (c.scrape_started or ts):.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
             if c is not None and not s.up and fleet_sample is not None and fleet_sample.up:

@@ -27,6 +27,7 @@ from typing import Optional
 import httpx
 
 from specmon.model import ArmInfo, ArmSpec, Sample, kv_usage_of
+from specmon.urls import without_credentials
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, json_body, parse_loads
@@ -137,6 +138,7 @@ class ArmCollector:
     ):
         self.spec = spec
         self.base = spec.url.rstrip("/")
+        self.shown = without_credentials(self.base)  # the URL as reasons say it: never a password
         self.timeout_s = timeout_s
         self.deadline_s = timeout_s if deadline_s is None else deadline_s
         self.metrics_max_bytes = metrics_max_bytes
@@ -207,8 +209,8 @@ class ArmCollector:
                 return 200, bytes(body)
         except httpx.ConnectError as e:
             if _refused(e):
-                raise _Failure("refused", f"connection refused at {self.base}")
-            raise _Failure("down", f"cannot connect to {self.base}: {str(e) or type(e).__name__}")
+                raise _Failure("refused", f"connection refused at {self.shown}")
+            raise _Failure("down", f"cannot connect to {self.shown}: {without_credentials(str(e)) or type(e).__name__}")
         except httpx.TimeoutException:
             raise _Failure("timeout", f"no answer from {url} within {self.timeout_s:g} s")
         except httpx.TransportError as e:
@@ -252,7 +254,7 @@ class ArmCollector:
                 # httpx's timeout bounds each read, not a body that trickles in: the deadline does.
                 sample = await asyncio.wait_for(self._scrape_up(t0), self.deadline_s)
             except asyncio.TimeoutError:
-                raise _Failure("timeout", f"no complete answer from {self.base} within {self.deadline_s:g} s")
+                raise _Failure("timeout", f"no complete answer from {self.shown} within {self.deadline_s:g} s")
             except _Failure:
                 raise
             except Exception as e:  # a bug or a case not foreseen: this arm's error, never the session's
