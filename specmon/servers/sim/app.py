@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Mount, Route
 
 from specmon.servers.sim import formats
+from specmon.servers.sim.dp import DPScheduler, routed_rank
 from specmon.servers.sim.engine import Scheduler, SimRequest
 from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
 from specmon.servers.sim.stablehash import stable_hash
@@ -54,6 +55,48 @@ class SimState:
         self.started_epoch = time.time()
         self.seed = int(a.seed)
         self.rid_rng = random.Random(stable_hash(self.seed, "rid"))
+        self.disagg_mode = a.disaggregation_mode  # "null" | "prefill" | "decode"
+        self._bootstrap_seen: dict = {}  # decode: (host, port) -> None (answered) or the failure
+
+    @property
+    def ranks(self) -> list:
+        """The DP ranks' schedulers (one for a server without --dp-size)."""
+        return self.sched.ranks if isinstance(self.sched, DPScheduler) else [self.sched]
+
+    async def bootstrap_problem(self, body: dict) -> Optional[str]:
+        """A PD decode asks the prefill's bootstrap server for its parallel layout before it can
+        take a request's KV (SGLang's KV receiver: GET /route with every rank -1). None: it
+        answered (once per prefill), else why it did not."""
+        host, port = body.get("bootstrap_host"), body.get("bootstrap_port")
+        if self.disagg_mode != "decode" or host is None:
+            return None
+        if isinstance(host, list):
+            host = host[0] if host else None
+        if isinstance(port, list):
+            port = port[0] if port else None
+        if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+            return f"no usable bootstrap address (bootstrap_host={host!r}, bootstrap_port={port!r})"
+        key = (host, port)
+        if self._bootstrap_seen.get(key, "unasked") is None:
+            return None
+        import httpx
+
+        url = f"http://{host}:{port}/route"
+        try:
+            async with httpx.AsyncClient(timeout=5.0, trust_env=False) as c:
+                r = await c.get(url, params={"prefill_dp_rank": -1, "prefill_cp_rank": -1,
+                                             "target_tp_rank": -1, "target_pp_rank": -1})
+            problem = None if r.status_code == 200 else f"{url} answered HTTP {r.status_code}"
+        except httpx.HTTPError as e:
+            problem = f"{url}: {type(e).__name__} {e}".strip()
+        self._bootstrap_seen[key] = problem
+        return None if problem is None else f"Failed to get prefill server info from the bootstrap server: {problem}"
+
+    def submit(self, r: SimRequest, body: dict) -> None:
+        if isinstance(self.sched, DPScheduler):
+            self.sched.submit(r, routed_rank(body))
+        else:
+            self.sched.submit(r)
 
 
 def _err(message: str, status: int = 400) -> JSONResponse:
@@ -180,11 +223,16 @@ def build_app(st: SimState) -> Starlette:
                 return _err("temperature must be non-negative, got %s." % temp, 400)
         except (TypeError, ValueError) as e:
             return _err(f"Invalid sampling_params: {e}", 400)
+        problem = await st.bootstrap_problem(body)
+        if problem:
+            return _err(problem, 500)
+        if st.disagg_mode == "prefill":
+            sp = dict(sp, max_new_tokens=1)  # a PD prefill computes the prompt and its first token
         r = make_request(prompt, sp, body.get("rid") if isinstance(body.get("rid"), str) else None,
                          bool(body.get("log_metrics", True)))
         stream = bool(body.get("stream", False))
         r.stream = stream
-        sched.submit(r)
+        st.submit(r, body)
         if stream:
             return StreamingResponse(gen_stream(r), media_type="text/event-stream")
         try:
@@ -279,8 +327,11 @@ def build_app(st: SimState) -> Starlette:
         mt = mt if mt is not None else body.get("max_tokens")
         if mt is None and not chat:
             mt = 16
-        sp = {"max_new_tokens": mt, "ignore_eos": body.get("ignore_eos", False),
-              "temperature": body.get("temperature")}
+        sp = {"max_new_tokens": 1 if st.disagg_mode == "prefill" else mt,
+              "ignore_eos": body.get("ignore_eos", False), "temperature": body.get("temperature")}
+        problem = await st.bootstrap_problem(body)
+        if problem:
+            return _oai_err(problem, 500)
         n_tok = len(prompt) if isinstance(prompt, list) else st.tokens.count(prompt)
         if n_tok + 1 > st.ph.max_total_tokens:
             return _oai_err(f"The input ({n_tok} tokens) is longer than the model's context length "
@@ -289,7 +340,7 @@ def build_app(st: SimState) -> Starlette:
         r.stream = bool(body.get("stream"))
         rid = ("chatcmpl-" if chat else "cmpl-") + r.rid[:32]
         created = int(time.time())
-        sched.submit(r)
+        st.submit(r, body)
         if body.get("stream"):
             so = body.get("stream_options") or {}
             include_usage = bool(so.get("include_usage"))
@@ -363,16 +414,16 @@ def build_app(st: SimState) -> Starlette:
     async def health(request: Request):
         return Response(status_code=200 if st.ready else 503)
 
-    def internal_state() -> dict:
+    def internal_state(s) -> dict:
         d = dict(st.server_args)
         d.update(INTERNAL_STATE_EXTRA)
-        d["last_gen_throughput"] = sched.last_gen_throughput
+        d["last_gen_throughput"] = s.last_gen_throughput
         d["memory_usage"] = {"weight": round(st.ph.weight_bytes / 1e9 + st.ph.draft_weight_bytes / 1e9, 2),
                              "kvcache": round(st.ph.kv_cache_gb, 2), "token_capacity": st.ph.max_total_tokens,
                              "graph": st.ph.graph_gb}
-        d["effective_max_running_requests_per_dp"] = sched.max_running_requests
-        acc = sched.lifetime_accept_length
-        if acc is not None and sched.decode_steps >= sched.decode_log_interval:
+        d["effective_max_running_requests_per_dp"] = s.max_running_requests
+        acc = s.lifetime_accept_length
+        if acc is not None and s.decode_steps >= s.decode_log_interval:
             d["avg_spec_accept_length"] = acc
         return d
 
@@ -380,7 +431,7 @@ def build_app(st: SimState) -> Starlette:
         info = dict(st.server_args)
         info.update({"status": "ready", "max_total_num_tokens": st.ph.max_total_tokens,
                      "max_req_input_len": min(st.ph.max_total_tokens - 1, st.ph.p.model.context_len) - 1,
-                     "internal_states": [internal_state()], "version": VERSION,
+                     "internal_states": [internal_state(s) for s in st.ranks], "version": VERSION,
                      "sim_speed": st.clock.speed, "sim_profile": st.cfg.profile.name})
         return JSONResponse(info)
 
@@ -395,14 +446,16 @@ def build_app(st: SimState) -> Starlette:
             "id": st.served_model_name, "object": "model", "created": int(st.started_epoch), "owned_by": "sglang",
             "root": st.served_model_name, "parent": None, "max_model_len": st.ph.p.model.context_len}]})
 
-    def loads_entry(include: set) -> dict:
+    def loads_entry(include: set, sched, dp_rank: Optional[int]) -> dict:
+        # One DP rank's scheduler, as SGLang reports it (dp_rank left out for a server without DP ranks).
         used = sched.num_used_tokens
-        e = {"num_running_reqs": len(sched.running), "num_waiting_reqs": len(sched.waiting),
-             "num_used_tokens": used, "max_total_num_tokens": sched.max_total_tokens,
-             "token_usage": round(sched.token_usage, 4),
-             "gen_throughput": round(sched.last_gen_throughput, 2) if st.enable_metrics else 0.0,
-             "cache_hit_rate": round(sched.last_cache_hit_rate, 4) if st.enable_metrics else 0.0,
-             "utilization": 0.0, "max_running_requests": sched.max_running_requests}
+        e = {} if dp_rank is None else {"dp_rank": dp_rank}
+        e.update({"num_running_reqs": len(sched.running), "num_waiting_reqs": len(sched.waiting),
+                  "num_used_tokens": used, "max_total_num_tokens": sched.max_total_tokens,
+                  "token_usage": round(sched.token_usage, 4),
+                  "gen_throughput": round(sched.last_gen_throughput, 2) if st.enable_metrics else 0.0,
+                  "cache_hit_rate": round(sched.last_cache_hit_rate, 4) if st.enable_metrics else 0.0,
+                  "utilization": 0.0, "max_running_requests": sched.max_running_requests})
         if "memory" in include:
             e["memory"] = {"weight_gb": round(st.ph.weight_bytes / 1e9, 2), "kv_cache_gb": round(st.ph.kv_cache_gb, 2),
                            "graph_gb": st.ph.graph_gb, "token_capacity": st.ph.max_total_tokens}
@@ -411,7 +464,7 @@ def build_app(st: SimState) -> Starlette:
             e["speculative"] = {"accept_length": sched.lifetime_accept_length,
                                 "accept_rate": sched.last_spec_accept_rate if st.enable_metrics else 0.0}
         if "disagg" in include:
-            e["disaggregation"] = {"mode": "null", "prefill_prealloc_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
+            e["disaggregation"] = {"mode": st.disagg_mode, "prefill_prealloc_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
                                    "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
                                    "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
                                    "kv_transfer_latency_ms": 0.0}
@@ -425,31 +478,50 @@ def build_app(st: SimState) -> Starlette:
         include = {x.strip() for x in inc.split(",")}
         if "all" in include:
             include = {"core", "memory", "spec", "lora", "disagg", "queues"}
-        e = loads_entry(include)
+        multi = isinstance(sched, DPScheduler)
+        entries = [loads_entry(include, s, k if multi else None) for k, s in enumerate(st.ranks)]
+        want = request.query_params.get("dp_rank")
+        if want is not None:
+            try:
+                k = int(want)
+            except ValueError:
+                return JSONResponse({"detail": [{"type": "int_parsing", "loc": ["query", "dp_rank"],
+                                                 "msg": "Input should be a valid integer, unable to parse string "
+                                                        "as an integer", "input": want}]}, status_code=422)
+            entries = [e for e in entries if e.get("dp_rank") == k]
         if request.query_params.get("format") == "prometheus":
             lines = []
-            for k, v in e.items():
-                if isinstance(v, dict):
-                    for k2, v2 in v.items():
-                        if isinstance(v2, (int, float)) and not isinstance(v2, bool):
-                            lines.append(f'sglang_{k}_{k2}{{dp_rank="None"}} {v2}')
-                elif isinstance(v, (int, float)):
-                    lines.append(f'sglang_{k}{{dp_rank="None"}} {v}')
+            for e in entries:
+                rank = e.get("dp_rank")
+                for k, v in e.items():
+                    if k == "dp_rank":
+                        continue
+                    if isinstance(v, dict):
+                        for k2, v2 in v.items():
+                            if isinstance(v2, (int, float)) and not isinstance(v2, bool):
+                                lines.append(f'sglang_{k}_{k2}{{dp_rank="{rank}"}} {v2}')
+                    elif isinstance(v, (int, float)):
+                        lines.append(f'sglang_{k}{{dp_rank="{rank}"}} {v}')
             return PlainTextResponse("\n".join(lines) + "\n")
+        n = len(entries)
         return JSONResponse({
-            "timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "dp_rank_count": 1,
-            "loads": [e],
-            "aggregate": {"total_running_reqs": e["num_running_reqs"], "total_waiting_reqs": e["num_waiting_reqs"],
-                          "total_reqs": e["num_total_reqs"], "avg_token_usage": e["token_usage"],
-                          "avg_throughput": e["gen_throughput"], "avg_utilization": 0.0}})
+            "timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "dp_rank_count": n,
+            "loads": entries,
+            "aggregate": {"total_running_reqs": sum(e["num_running_reqs"] for e in entries),
+                          "total_waiting_reqs": sum(e["num_waiting_reqs"] for e in entries),
+                          "total_reqs": sum(e["num_total_reqs"] for e in entries),
+                          "avg_token_usage": round(sum(e["token_usage"] for e in entries) / n, 4) if n else 0.0,
+                          "avg_throughput": round(sum(e["gen_throughput"] for e in entries) / n, 2) if n else 0.0,
+                          "avg_utilization": 0.0}})
 
     async def get_load(request: Request):
         st.log.warning("The /get_load endpoint is deprecated; use /v1/loads.")
-        waiting_tokens = sum(r.prompt_len for r in sched.waiting)
-        return JSONResponse([{"rid": None, "http_worker_ipc": None, "dp_rank": None,
-                              "num_reqs": len(sched.running) + len(sched.waiting),
-                              "num_waiting_reqs": len(sched.waiting),
-                              "num_tokens": sched.num_used_tokens + waiting_tokens, "ts_tic": time.perf_counter()}])
+        multi = isinstance(sched, DPScheduler)
+        return JSONResponse([{"rid": None, "http_worker_ipc": None, "dp_rank": k if multi else None,
+                              "num_reqs": len(s.running) + len(s.waiting),
+                              "num_waiting_reqs": len(s.waiting),
+                              "num_tokens": s.num_used_tokens + sum(r.prompt_len for r in s.waiting),
+                              "ts_tic": time.perf_counter()} for k, s in enumerate(st.ranks)])
 
     async def flush_cache(request: Request):
         timeout = request.query_params.get("timeout")

@@ -12,13 +12,13 @@ from specmon.servers.sim.profiles import DEFAULT_PROFILE, DRAFTERS, PROFILES, Pr
 
 IGNORED_VALUE_FLAGS = ["--device", "--load-format", "--attention-backend", "--quantization", "--log-level",
                        "--log-level-http", "--chunked-prefill-size", "--tokenizer-path", "--dtype", "--context-length",
-                       "--dp-size", "--data-parallel-size", "--random-seed", "--page-size", "--schedule-policy",
+                       "--random-seed", "--page-size", "--schedule-policy",
                        "--cuda-graph-max-bs", "--speculative-draft-model-revision", "--watchdog-timeout",
                        "--mamba-scheduler-strategy", "--reasoning-parser", "--tool-call-parser", "--admin-api-key",
                        "--uvicorn-access-log-exclude-prefixes", "--max-prefill-tokens", "--stream-interval"]
 IGNORED_BOOL_FLAGS = ["--trust-remote-code", "--skip-server-warmup", "--disable-cuda-graph",
                       "--enable-mixed-chunk", "--disable-overlap-schedule",
-                      "--enable-metrics-for-all-schedulers", "--enable-torch-compile"]
+                      "--enable-torch-compile"]
 SPEC_ALGOS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"]
 KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
 
@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None)
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix cache (as SGLang's flag)")
+    p.add_argument("--dp-size", "--data-parallel-size", "--dp", type=int, default=1,
+                   help="data-parallel ranks: schedulers with a KV pool each, their series labelled dp_rank")
+    p.add_argument("--enable-metrics-for-all-schedulers", action="store_true",
+                   help="accepted as SGLang's flag (every DP rank exports its series with or without it)")
+    p.add_argument("--disaggregation-mode", choices=["null", "prefill", "decode"], default="null",
+                   help="PD disaggregation role; a prefill server also serves the bootstrap server")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
+                   help="the prefill's bootstrap server port (SGLang's default 8998)")
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
     p.add_argument("--enable-cache-report", action="store_true",
                    help="OpenAI usage carries prompt_tokens_details.cached_tokens (as SGLang's flag)")
     for f in IGNORED_VALUE_FLAGS:
@@ -64,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="append one JSON line per generate request: wall time its ASGI call began and "
                         "when its first and last body bytes went to the socket (benchmarks/ramp_fidelity.py)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1,
+                   help="serve N simulated servers from this one process, on ports PORT..PORT+N-1 (seeds SEED+i)")
     p.add_argument("--startup-s", type=float, default=None,
                    help="simulated startup time before /health turns 200 (default from the profile)")
     p.add_argument("--fault-crash-after", type=int, default=None)
@@ -90,6 +101,16 @@ def resolve(args: argparse.Namespace) -> SimConfig:
     prof = PROFILES[name]
     if args.speed <= 0:
         raise UsageError(f"--speed must be positive, got {args.speed}")
+    if not 1 <= args.dp_size <= 64:
+        raise UsageError(f"--dp-size must be 1 to 64, got {args.dp_size}")
+    if not 1 <= args.workers <= 512:
+        raise UsageError(f"--workers must be 1 to 512, got {args.workers}")
+    if not 1 <= args.port <= 65535 - (args.workers - 1):
+        raise UsageError(f"--port {args.port} with --workers {args.workers}: ports past 65535")
+    if args.disaggregation_mode == "prefill" and args.workers > 1:
+        raise UsageError("--disaggregation-mode prefill serves one bootstrap port: use --workers 1")
+    if not 1 <= args.disaggregation_bootstrap_port <= 65535:
+        raise UsageError(f"--disaggregation-bootstrap-port must be 1 to 65535, got {args.disaggregation_bootstrap_port}")
     if args.drafter:
         if args.drafter not in DRAFTERS:
             raise UsageError(f"unknown drafter {args.drafter!r}; known: {', '.join(DRAFTERS)}")

@@ -70,7 +70,7 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
     m["completion_tokens"] = n
     m["cached_tokens"] = r.cached_tokens
     m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0} if r.cached_tokens else None
-    m["dp_rank"] = None
+    m["dp_rank"] = getattr(r, "dp_rank", None)  # set by the DP ranks (dp.py), else None as SGLang
     # Real SGLang stamps the first streamed chunk (and a non-streamed answer) with
     # response_sent_to_client_ts with or without --enable-metrics.
     if (n <= 1 and not final) or (final and not enable_metrics and not getattr(r, "stream", True)):

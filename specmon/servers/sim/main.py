@@ -71,7 +71,10 @@ def run(argv: list[str]) -> int:
             print(profile_table())
             return 0
         cfg = config.resolve(args)
-        sock = None if args.fault_refuse else _bind(args.host, args.port)
+        socks = [] if args.fault_refuse else [_bind(args.host, args.port + i) for i in range(args.workers)]
+        # A PD prefill serves its bootstrap server too (the decode asks it for the prefill's layout).
+        boot = _bind(args.host, args.disaggregation_bootstrap_port) \
+            if args.disaggregation_mode == "prefill" and not args.fault_refuse else None
     except UsageError as e:
         print(f"specmon: error: {e}", file=sys.stderr)
         return 2
@@ -80,12 +83,12 @@ def run(argv: list[str]) -> int:
         return 3
     _setup_logging()
     prom_dir = None
-    if args.enable_metrics:
+    if args.enable_metrics and args.workers == 1:  # several servers: an own registry each (metrics.py)
         from specmon.servers.sim.metrics import setup_multiprocess_dir
 
         prom_dir = setup_multiprocess_dir()
     try:
-        return _run(_serve(cfg, sock))
+        return _run(_serve(cfg, socks, boot))
     except KeyboardInterrupt:
         return 0
     finally:
@@ -110,31 +113,61 @@ def _run(main) -> int:
     return uvloop.run(main)
 
 
-async def _serve(cfg, sock) -> int:
-    import uvicorn
-
-    from specmon.servers.sim.app import SimState, build_app, wrap_middlewares
-    from specmon.servers.sim.clock import SimClock
-    from specmon.servers.sim.engine import Hooks, Scheduler, SimRequest
+def _build_worker(cfg, index: int, clock, log_lines: bool):
+    """One simulated server: its DP ranks' schedulers (each with its own KV pool, physics and
+    metrics children), its ServerArgs and its SimState. Worker i of --workers N has port PORT+i
+    and seed SEED+i."""
+    from specmon.servers.sim.app import SimState
+    from specmon.servers.sim.dp import DPScheduler
+    from specmon.servers.sim.engine import Hooks, Scheduler
     from specmon.servers.sim.physics import Physics
     from specmon.servers.sim.server_args import build_server_args
+
+    args, prof = cfg.args, cfg.profile
+    seed = args.seed + index
+    engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
+    families = None
+    if args.enable_metrics:
+        from prometheus_client import CollectorRegistry
+
+        from specmon.servers.sim.metrics import Families
+
+        families = Families(CollectorRegistry(auto_describe=True) if args.workers > 1 else None)
+    ranks, metrics = [], None
+    for k in range(args.dp_size):
+        rank_seed = seed if k == 0 else seed + 7919 * k
+        ph = Physics(prof, seed=rank_seed)
+        hooks = Hooks()
+        if families is not None:
+            from specmon.servers.sim.metrics import SimMetrics
+
+            hooks = SimMetrics(cfg.served_model_name, ph.max_total_tokens, families=families,
+                               dp_rank=k if args.dp_size > 1 else None, engine_type=engine_type)
+            metrics = metrics or hooks  # rank 0's object serves /metrics and counts HTTP and CPU
+        ranks.append(Scheduler(ph, clock, max_running_requests=ph.max_running_requests,
+                               chunked_prefill_size=prof.chunked_prefill_size,
+                               max_prefill_tokens=prof.max_prefill_tokens,
+                               decode_log_interval=args.decode_log_interval, hooks=hooks, seed=rank_seed,
+                               radix_cache=not args.disable_radix_cache, log_lines=log_lines and k == 0))
+    sched = ranks[0] if len(ranks) == 1 else DPScheduler(ranks)
+    server_args = build_server_args(cfg, ranks[0].ph)
+    server_args["port"] = args.port + index
+    return SimState(cfg=cfg, physics=ranks[0].ph, scheduler=sched, clock=clock, metrics=metrics,
+                    server_args=server_args, logger=log)
+
+
+async def _serve(cfg, socks, boot=None) -> int:
+    import uvicorn
+
+    from specmon.servers.sim.app import build_app, wrap_middlewares
+    from specmon.servers.sim.clock import SimClock
+    from specmon.servers.sim.engine import SimRequest
     from specmon.servers.sim.stablehash import stable_hash
 
     args, prof = cfg.args, cfg.profile
     clock = SimClock(args.speed)
-    ph = Physics(prof, seed=args.seed)
-    metrics = None
-    if args.enable_metrics:
-        from specmon.servers.sim.metrics import SimMetrics
-
-        metrics = SimMetrics(cfg.served_model_name, ph.max_total_tokens)
-    sched = Scheduler(ph, clock, max_running_requests=ph.max_running_requests,
-                      chunked_prefill_size=prof.chunked_prefill_size, max_prefill_tokens=prof.max_prefill_tokens,
-                      decode_log_interval=args.decode_log_interval, hooks=metrics or Hooks(), seed=args.seed,
-                      radix_cache=not args.disable_radix_cache)
-    server_args = build_server_args(cfg, ph)
-    st = SimState(cfg=cfg, physics=ph, scheduler=sched, clock=clock, metrics=metrics, server_args=server_args,
-                  logger=log)
+    workers = [_build_worker(cfg, i, clock, log_lines=(i == 0)) for i in range(args.workers)]
+    ph, server_args = workers[0].ph, workers[0].server_args
 
     # -- SGLang's startup lines, durations in simulated time ---------------------------------------
     gpu_gb = prof.gpu.memory_bytes / 1e9
@@ -186,33 +219,67 @@ async def _serve(cfg, sock) -> int:
         await stop.wait()
         return 0
 
-    sched.start()
-    app = wrap_middlewares(build_app(st), st)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=1, lifespan="off"))
-    serve_task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if serve_task.done():
+    servers, tasks = [], []
+    for st, sock in zip(workers, socks):
+        st.sched.start()
+        app = wrap_middlewares(build_app(st), st)
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                                               timeout_graceful_shutdown=1, lifespan="off"))
+        servers.append(server)
+        tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+    if boot is not None:
+        from specmon.servers.sim.bootstrap import bootstrap_app
+
+        bserver = uvicorn.Server(uvicorn.Config(bootstrap_app(workers[0]), log_config=None, log_level="warning",
+                                                access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
+        servers.append(bserver)
+        tasks.append(asyncio.create_task(bserver.serve(sockets=[boot])))
+    while not all(s.started for s in servers):
+        if any(t.done() for t in tasks):
             return 3
         await asyncio.sleep(0.01)
-    log.info(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    for st in workers:
+        log.info(f"INFO:     Uvicorn running on http://{args.host}:{st.server_args['port']} (Press CTRL+C to quit)")
+    if boot is not None:
+        log.info(f"Bootstrap server started on {args.host}:{args.disaggregation_bootstrap_port}")
+    if len(servers) > 1:
+        _stop_together(servers)
 
-    _install_faults(st, server)
-    if metrics is not None:
-        asyncio.create_task(_cpu_sampler(metrics))
-
-    # Warm-up: one /generate of 8 tokens, as SGLang's launcher sends, counted in the metrics.
-    warm_rid = "warmup-" + format(stable_hash(args.seed, "warmup") % (1 << 48), "012x")
-    warm = SimRequest(rid=warm_rid, prompt_len=7, max_new_tokens=8, target_len=8, stop_by_eos=False,
-                      t_created=clock.now(), stream=False, seed=stable_hash(args.seed, "request", warm_rid))
-    sched.submit(warm)
-    while not warm.finished and not serve_task.done():
-        await asyncio.sleep(0.005)
-    st.ready = True
-    log.info("The server is fired up and ready to roll!")
-    await serve_task
-    await sched.stop()
+    # Warm-up: one /generate of 8 tokens each, as SGLang's launcher sends, counted in the metrics.
+    for i, (st, server) in enumerate(zip(workers, servers)):
+        _install_faults(st, server)
+        if st.metrics is not None:
+            asyncio.create_task(_cpu_sampler(st.metrics))
+        seed = args.seed + i
+        warm_rid = "warmup-" + format(stable_hash(seed, "warmup") % (1 << 48), "012x")
+        for s in st.ranks:  # SGLang warms every DP rank up
+            warm = SimRequest(rid=warm_rid, prompt_len=7, max_new_tokens=8, target_len=8, stop_by_eos=False,
+                              t_created=clock.now(), stream=False, seed=stable_hash(seed, "request", warm_rid))
+            s.submit(warm)
+            while not warm.finished and not any(t.done() for t in tasks):
+                await asyncio.sleep(0.005)
+        st.ready = True
+        log.info("The server is fired up and ready to roll!")
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for st in workers:
+        await st.sched.stop()
     return 0
+
+
+def _stop_together(servers) -> None:
+    """Several uvicorn servers in one loop: a signal that stops one (each installs its handler,
+    the last one wins) stops them all."""
+    loop = asyncio.get_running_loop()
+
+    def stop_all(*_):
+        for s in servers:
+            s.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop_all)
+        except (NotImplementedError, RuntimeError):
+            pass
 
 
 def _install_faults(st, server) -> None:

@@ -10,8 +10,9 @@ prometheus_client does (the pid label SGLang's two mode-less gauges carry is add
 
 Data-parallel ranks (`--dp-size N`): one SimMetrics per rank, all on the server's one Families,
 so a family exists once and each rank writes its own children, labelled dp_rank="k" as SGLang's
-schedulers label theirs when dp_rank is set (scheduler_metrics_mixin.init_metrics); the
-tokenizer-side children (no rank label) are the same objects for every rank.
+schedulers label theirs when they run as a DP rank (every rank exports, with or without
+--enable-metrics-for-all-schedulers); the tokenizer-side children (no rank label) are the same
+objects for every rank.
 """
 
 from __future__ import annotations

@@ -44,6 +44,13 @@ def build_server_args(cfg, ph) -> dict:
         "disable_overlap_schedule": bool(spec.algorithm),
         "disable_radix_cache": bool(a.disable_radix_cache),
         "enable_cache_report": bool(a.enable_cache_report),
+        "dp_size": a.dp_size,
+        "enable_metrics_for_all_schedulers": bool(a.enable_metrics_for_all_schedulers),
+        "disaggregation_mode": a.disaggregation_mode,
+        "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
+        "disaggregation_transfer_backend": a.disaggregation_transfer_backend,
+        # SGLang resolves its "auto": a PD prefill follows the bootstrap room, the rest round-robin.
+        "load_balance_method": "follow_bootstrap_room" if a.disaggregation_mode == "prefill" else "round_robin",
         "cuda_graph_max_bs": 48 if spec.algorithm else 256,
         "context_length": None,
     })
