@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from specmon.model import ArmInfo
+from specmon.model import ArmInfo, RankReading, kv_usage_of
 
 _INT_LIMIT = 2**63  # past any field SGLang reports; a bigger integer is not a reading
 
@@ -151,3 +151,23 @@ def parse_loads(d: Any) -> Optional[LoadsReading]:
         accept_rate=_rate(spec.get("accept_rate")),
         max_running_requests=_count(l0.get("max_running_requests")),
     )
+
+
+def parse_loads_ranks(d: Any) -> list[RankReading]:
+    """One RankReading per entry of /v1/loads that names its dp_rank (a server with DP ranks
+    lists one per rank); [] for a server without DP ranks, or a value that holds no such entry."""
+    loads = d.get("loads") if isinstance(d, dict) else None
+    if not isinstance(loads, list):
+        return []
+    out: dict[int, RankReading] = {}
+    for e in loads[:4096]:
+        if not isinstance(e, dict):
+            continue
+        k = _count(e.get("dp_rank"))
+        if k is None or k in out:
+            continue
+        used, cap = _count(e.get("num_used_tokens")), _count(e.get("max_total_num_tokens"))
+        out[k] = RankReading(dp_rank=k, running_reqs=_count(e.get("num_running_reqs")),
+                             queued_reqs=_count(e.get("num_waiting_reqs")), kv_used_tokens=used,
+                             kv_capacity_tokens=cap, kv_usage=kv_usage_of(_rate(e.get("token_usage")), used, cap))
+    return [out[k] for k in sorted(out)]

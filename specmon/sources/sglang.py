@@ -26,11 +26,13 @@ from typing import Optional
 
 import httpx
 
-from specmon.model import ArmInfo, ArmSpec, Sample, kv_usage_of
+from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
-from specmon.sources.serverinfo import LoadsReading, arm_info_from_server_info, json_body, parse_loads
+from specmon.sources.serverinfo import (
+    LoadsReading, arm_info_from_server_info, json_body, parse_loads, parse_loads_ranks,
+)
 
 DOWN_STATES = ("refused", "down", "timeout")
 
@@ -117,6 +119,49 @@ def _int(v: Optional[float]) -> Optional[int]:
 def _nonneg(v: Optional[float]) -> Optional[float]:
     """A gauge that cannot be negative (usage, throughput, acceptance rate); else None."""
     return v if v is not None and math.isfinite(v) and v >= 0 else None
+
+
+def ranks_from_metrics(snap: MetricsSnapshot) -> list[RankReading]:
+    """One RankReading per data-parallel rank of a /metrics scrape: SGLang labels each DP rank's
+    scheduler series with dp_rank (a server without DP ranks has no such label: [])."""
+    seen: set[int] = set()
+    for lab, _ in snap.series("num_running_reqs") + snap.series("token_usage"):
+        try:
+            seen.add(int(lab["dp_rank"]))
+        except (KeyError, ValueError):
+            continue
+    out = []
+    for k in sorted(r for r in seen if 0 <= r < 4096):
+        rank = str(k)
+        used = _int(snap.value("num_used_tokens", dp_rank=rank))
+        cap = _int(snap.value("max_total_num_tokens", dp_rank=rank))
+        out.append(RankReading(dp_rank=k, running_reqs=_int(snap.value("num_running_reqs", dp_rank=rank)),
+                               queued_reqs=_int(snap.value("num_queue_reqs", dp_rank=rank)),
+                               kv_used_tokens=used, kv_capacity_tokens=cap,
+                               kv_usage=kv_usage_of(_nonneg(snap.value("token_usage", dp_rank=rank)), used, cap)))
+    return out
+
+
+def _sum_known(values: list) -> Optional[int]:
+    return sum(values) if values and all(v is not None for v in values) else None
+
+
+def with_ranks(s: Sample, ranks: list[RankReading]) -> Sample:
+    """The worker's figures over all its DP ranks (sums, KV usage of the summed pool), the ranks
+    kept one by one in s.ranks: a summed gauge never hides a rank, and rank 0 never stands for
+    the worker. Fewer than one rank: s as it is."""
+    if not ranks:
+        return s
+    s.ranks = ranks
+    s.running_reqs = _sum_known([r.running_reqs for r in ranks])
+    s.queued_reqs = _sum_known([r.queued_reqs for r in ranks])
+    s.kv_used_tokens = _sum_known([r.kv_used_tokens for r in ranks])
+    s.kv_capacity_tokens = _sum_known([r.kv_capacity_tokens for r in ranks]) or s.kv_capacity_tokens
+    usages = [r.kv_usage for r in ranks]
+    mean_usage = sum(usages) / len(usages) if all(u is not None for u in usages) else None
+    s.kv_usage = kv_usage_of(None, s.kv_used_tokens, s.kv_capacity_tokens) if s.kv_used_tokens is not None \
+        else mean_usage
+    return s
 
 
 class ArmCollector:
@@ -353,6 +398,13 @@ class ArmCollector:
         self.mode = "metrics"
         return self._sample_from_metrics(snap, t0), None
 
+    def read_snapshot(self, snap: MetricsSnapshot, t0: float) -> Optional[Sample]:
+        """A Sample from an already parsed scrape of this server (e.g. its part of a gateway's
+        /engine_metrics); it joins this collector's window. None without SGLang series."""
+        if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
+            return None
+        return self._sample_from_metrics(snap, t0)
+
     def _sample_from_metrics(self, snap: MetricsSnapshot, t0: float) -> Sample:
         info = self.info
         restarted = self.window.add(snap)
@@ -382,7 +434,7 @@ class ArmCollector:
                 accept_len = g
                 accept_rate = _nonneg(snap.value("spec_accept_rate"))
         self.last_new_token_ratio = snap.value("new_token_ratio")
-        return Sample(
+        return with_ranks(Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",
             running_reqs=_int(snap.value("num_running_reqs")),
             queued_reqs=_int(snap.value("num_queue_reqs")),
@@ -398,7 +450,7 @@ class ArmCollector:
             itl_mean_s=w.mean("inter_token_latency_seconds"),
             requests_finished_total=_nonneg(snap.value("num_requests_total")),
             server_restarted=restarted,
-        )
+        ), ranks_from_metrics(snap))
 
     async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:
         try:
@@ -411,9 +463,11 @@ class ArmCollector:
             # /v1/loads can answer 500 (docs/field-notes.md, SGLang notes 3.3): survive it.
             return None, f"/v1/loads answered HTTP {status}", False
         try:
-            loads: Optional[LoadsReading] = parse_loads(json_body(body))
+            value = json_body(body)
         except ValueError:
-            loads = None
+            value = None
+        loads: Optional[LoadsReading] = parse_loads(value)
+        ranks = parse_loads_ranks(value)
         if loads is None:
             return None, "/v1/loads has no load entry", False
         info = self.info
@@ -422,7 +476,7 @@ class ArmCollector:
         usage = kv_usage_of(loads.token_usage, loads.used_tokens, loads.capacity_tokens)
         # Without --enable-metrics SGLang leaves gen_throughput at 0: that 0 is not a measurement.
         gen_gauge = loads.gen_throughput if info and info.enable_metrics else None
-        return Sample(
+        return with_ranks(Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="loads",
             running_reqs=loads.running, queued_reqs=loads.waiting,
             kv_used_tokens=loads.used_tokens,
@@ -432,4 +486,4 @@ class ArmCollector:
             accept_length=accept_len,
             accept_rate=loads.accept_rate if accept_len is not None else None,
             spec_enabled=spec_enabled,
-        ), None, False
+        ), ranks), None, False

@@ -1,0 +1,695 @@
+"""A gateway in front of SGLang workers: SGLang Model Gateway (`smg`, the `sglang-router` package).
+
+Read-only, GETs only, from the gateway (`GatewayFleet.poll`, once a tick):
+- `/workers`: the registry. `{"workers": [{"url", "worker_type": regular|prefill|decode,
+  "is_healthy", "load", "bootstrap_port"?, "metadata": {...}}, ...], "total": N, "stats": {...}}`;
+  under `--dp-aware` one entry per rank, `URL@RANK` (grouped back into one worker here);
+- `/readiness`: `{"status": "ready", "healthy_workers": H, "total_workers": N}` (200) or 503;
+- `/get_loads`: the gateway's fan-out to every worker, `{"workers": [{"worker": URL, "load": N}]}`
+  (N tokens, -1 when the gateway got no answer); newer gateways add `"details": {"loads": [...]}`,
+  one entry per DP rank in /v1/loads' shape;
+- `/engine_metrics`: every worker's /metrics merged, each series labelled `worker_addr`; it
+  answers 500 when two workers' families carry different label sets (a DP worker's dp_rank
+  beside a worker without DP ranks, prefill and decode series), and then the workers' figures
+  come from specmon's own scrapes only (said in the fleet's reason);
+- the gateway's own Prometheus metrics, on their own port (`--prometheus-port`, 29000 by
+  default): `smg_router_requests_total` (routed requests, a counter: routed req/s),
+  `smg_worker_requests_active{worker}`, `smg_worker_health{worker}`, `smg_worker_cb_state{worker}`
+  (0 closed, 1 open, 2 half_open; -1 once a worker is removed), `smg_worker_selection_total{policy}`
+  (the routing policy, once a request has been routed). The gateway does not say where they are:
+  `--gateway-metrics URL`, else the default port on the gateway's host is tried and taken only
+  when its workers are this gateway's workers; unknown, the fleet's reason says so.
+
+The parse functions are pure (bytes or JSON in, plain values out, never an exception), so they can
+be fuzzed; `detect_gateway` tells a gateway from a plain SGLang server (which has no /workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+import httpx
+
+from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
+from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name
+from specmon.sources.serverinfo import json_body
+from specmon.sources.sglang import USED_METRICS, ArmCollector, with_ranks
+
+REGISTRY_PATH = "/workers"
+READINESS_PATH = "/readiness"
+LOADS_PATH = "/get_loads"
+ENGINE_METRICS_PATH = "/engine_metrics"
+DEFAULT_METRICS_PORT = 29000  # smg's --prometheus-port default
+JSON_MAX_BYTES = 8 * 2**20
+METRICS_MAX_BYTES = 32 * 2**20
+ROLES = ("regular", "prefill", "decode")
+CIRCUIT = {0: "closed", 1: "open", 2: "half_open"}
+_GATEWAY_SERIES = ("smg_router_requests_total", "smg_worker_requests_active", "smg_worker_health",
+                   "smg_worker_cb_state", "smg_worker_selection_total", "smg_worker_pool_size")
+
+
+# --------------------------------------------------------------------------------------------
+# Pure parsing
+
+
+@dataclass
+class RegistryWorker:
+    """One worker of the gateway's registry (DP ranks of one worker folded into one)."""
+
+    url: str  # the worker's base URL (no @RANK)
+    role: str  # regular | prefill | decode (or what the gateway says, lower case)
+    healthy: Optional[bool]
+    load: Optional[int]  # the gateway's own load figure for it
+    bootstrap_port: Optional[int] = None
+    dp_size: Optional[int] = None
+    model: Optional[str] = None
+    entries: list[str] = field(default_factory=list)  # the registry's URLs for it (URL@RANK under --dp-aware)
+
+
+def _int(v: Any) -> Optional[int]:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, float):
+        if not math.isfinite(v) or not v.is_integer():
+            return None
+        v = int(v)
+    if isinstance(v, str):
+        try:
+            v = int(v.strip())
+        except ValueError:
+            return None
+    if not isinstance(v, int) or abs(v) > 2**63:
+        return None
+    return v
+
+
+def _count(v: Any) -> Optional[int]:
+    i = _int(v)
+    return i if i is not None and i >= 0 else None
+
+
+def _rate(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _text(v: Any, most: int = 2048) -> Optional[str]:
+    return v[:most] if isinstance(v, str) and v else None
+
+
+def base_url(url: str) -> Optional[str]:
+    """`http://h:p` of a registry URL (`http://h:p/`, `http://h:p@3` under --dp-aware); None when
+    it is not an http(s) URL with a host."""
+    if not isinstance(url, str) or not url or len(url) > 2048 or not url.isprintable():
+        return None
+    head, at, rank = url.rpartition("@")
+    if at and rank.isdigit() and "://" in head:
+        url = head
+    try:
+        u = urlsplit(url.strip())
+        host, port = u.hostname, u.port
+    except ValueError:
+        return None
+    if u.scheme not in ("http", "https") or not host or u.username or u.password:
+        return None
+    netloc = f"[{host}]" if ":" in host else host
+    return f"{u.scheme}://{netloc}" + (f":{port}" if port else "")
+
+
+def worker_name(url: str) -> str:
+    """The arm name of a worker: host:port of its URL."""
+    u = urlsplit(url)
+    host = u.hostname or url
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{u.port}" if u.port else host
+
+
+def parse_registry(d: Any) -> Optional[list[RegistryWorker]]:
+    """The workers of a /workers JSON value, None when it is not a gateway's registry (no
+    `workers` list). Entries that are not a worker with an http(s) URL are skipped; the DP ranks
+    of one worker (`URL@RANK`) are one RegistryWorker, healthy when all its ranks are."""
+    if not isinstance(d, dict) or not isinstance(d.get("workers"), list):
+        return None
+    by_url: dict[str, RegistryWorker] = {}
+    for e in d["workers"][:100_000]:
+        if not isinstance(e, dict):
+            continue
+        raw = e.get("url")
+        url = base_url(raw) if isinstance(raw, str) else None
+        if url is None:
+            continue
+        role = e.get("worker_type")
+        role = role.strip().lower() if isinstance(role, str) and role.strip() else "regular"
+        role = role[:32] if role.isprintable() else "regular"
+        healthy = e.get("is_healthy") if isinstance(e.get("is_healthy"), bool) else None
+        meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else {}
+        w = by_url.get(url)
+        if w is None:
+            w = by_url[url] = RegistryWorker(
+                url=url, role=role, healthy=healthy, load=_count(e.get("load")),
+                bootstrap_port=_count(e.get("bootstrap_port")), dp_size=_count(meta.get("dp_size")),
+                model=_text(e.get("model_id")) or _text(meta.get("served_model_name")))
+        else:  # another DP rank of the same worker
+            if w.healthy is not None:
+                w.healthy = w.healthy and healthy if healthy is not None else None
+            load = _count(e.get("load"))
+            w.load = None if w.load is None or load is None else w.load + load
+        w.entries.append(raw[:2048])
+    return list(by_url.values())
+
+
+@dataclass
+class Readiness:
+    ready: Optional[bool]
+    healthy: Optional[int]
+    total: Optional[int]
+    reason: Optional[str] = None
+
+
+def parse_readiness(status: Optional[int], d: Any) -> Readiness:
+    """/readiness: 200 with healthy_workers/total_workers, or 503 (not ready, with a reason)."""
+    if status is None:
+        return Readiness(None, None, None, "no answer")
+    body = d if isinstance(d, dict) else {}
+    healthy, total = _count(body.get("healthy_workers")), _count(body.get("total_workers"))
+    if status == 200:
+        return Readiness(True, healthy, total)
+    if status == 503:
+        return Readiness(False, healthy, total, _text(body.get("reason"), 200) or "not ready")
+    return Readiness(None, None, None, f"/readiness answered HTTP {status}")
+
+
+@dataclass
+class WorkerLoad:
+    """What the gateway's loads fan-out says of one worker."""
+
+    load: Optional[int]  # tokens (running and queued) by the gateway's count; None: it got no answer
+    ranks: list[RankReading] = field(default_factory=list)  # newer gateways: /v1/loads per rank
+    gen_tok_s_gauge: Optional[float] = None
+
+
+def parse_loads(d: Any) -> dict[str, WorkerLoad]:
+    """/get_loads: worker base URL -> its WorkerLoad (several entries of one worker: summed)."""
+    out: dict[str, WorkerLoad] = {}
+    rows = d.get("workers") if isinstance(d, dict) else None
+    if not isinstance(rows, list):
+        return out
+    for e in rows[:100_000]:
+        if not isinstance(e, dict):
+            continue
+        url = base_url(e.get("worker")) if isinstance(e.get("worker"), str) else None
+        if url is None:
+            continue
+        load = _int(e.get("load"))
+        load = load if load is not None and load >= 0 else None
+        ranks: list[RankReading] = []
+        gen = None
+        details = e.get("details")
+        if isinstance(details, dict) and isinstance(details.get("loads"), list):
+            gens = []
+            for i, r in enumerate(details["loads"][:4096]):
+                if not isinstance(r, dict):
+                    continue
+                used, cap = _count(r.get("num_used_tokens")), _count(r.get("max_total_num_tokens"))
+                k = _count(r.get("dp_rank"))
+                ranks.append(RankReading(
+                    dp_rank=k if k is not None else i, running_reqs=_count(r.get("num_running_reqs")),
+                    queued_reqs=_count(r.get("num_waiting_reqs")), kv_used_tokens=used,
+                    kv_capacity_tokens=cap or None,
+                    kv_usage=kv_usage_of(_rate(r.get("token_usage")), used, cap)))
+                gens.append(_rate(r.get("gen_throughput")))
+            gen = sum(gens) if gens and all(g is not None for g in gens) else None
+        prev = out.get(url)
+        if prev is None:
+            out[url] = WorkerLoad(load=load, ranks=ranks, gen_tok_s_gauge=gen)
+        else:
+            prev.load = None if prev.load is None or load is None else prev.load + load
+            prev.ranks += ranks
+    return out
+
+
+@dataclass
+class GatewayMetrics:
+    """The gateway's own Prometheus series that the fleet header shows."""
+
+    routed_total: Optional[float] = None  # smg_router_requests_total summed over its labels
+    active: dict[str, int] = field(default_factory=dict)  # worker base URL -> requests routed, not finished
+    health: dict[str, bool] = field(default_factory=dict)
+    circuit: dict[str, str] = field(default_factory=dict)
+    policies: list[str] = field(default_factory=list)
+    workers: set[str] = field(default_factory=set)  # workers with a live health series (whose metrics these are)
+    is_gateway: bool = False  # any smg_ series at all
+
+
+def parse_gateway_metrics(text: str) -> GatewayMetrics:
+    """The gateway's /metrics text; lines it cannot read are skipped (never an exception)."""
+    m = GatewayMetrics()
+    routed = []
+    for line in text.splitlines()[:200_000]:
+        if not line.startswith("smg_"):
+            continue
+        name, labels, value = _sample_line(line)
+        if name is None:
+            continue
+        m.is_gateway = True
+        if name == "smg_router_requests_total":
+            if math.isfinite(value) and value >= 0:
+                routed.append(value)
+            continue
+        if name == "smg_worker_selection_total":
+            p = labels.get("policy")
+            if p and p not in m.policies and len(m.policies) < 8:
+                m.policies.append(p[:64])
+            continue
+        url = base_url(labels.get("worker", "")) if "worker" in labels else None
+        if url is None or not math.isfinite(value):
+            continue
+        if name == "smg_worker_requests_active":
+            if value >= 0:
+                m.active[url] = m.active.get(url, 0) + int(value)
+        elif name == "smg_worker_health":
+            if value >= 0:  # -1: removed from the gateway
+                m.workers.add(url)
+                m.health[url] = value > 0
+        elif name == "smg_worker_cb_state":
+            state = CIRCUIT.get(int(value)) if value >= 0 and value.is_integer() else None
+            if state is not None:
+                m.circuit[url] = state
+    # The counter appears with the first routed request: readable metrics without it routed none yet.
+    m.routed_total = sum(routed) if routed else (0.0 if m.is_gateway else None)
+    return m
+
+
+def _sample_line(line: str) -> tuple[Optional[str], dict[str, str], float]:
+    """(name, labels, value) of one exposition line, or (None, {}, nan)."""
+    try:
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            body, _, tail = rest.rpartition("}")
+            labels = {}
+            for part in _split_labels(body):
+                k, _, v = part.partition("=")
+                v = v.strip()
+                if len(v) >= 2 and v[0] == v[-1] == '"':
+                    labels[k.strip()] = v[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        else:
+            name, _, tail = line.partition(" ")
+            labels = {}
+        value = float(tail.split()[0])
+    except (ValueError, IndexError):
+        return None, {}, math.nan
+    return name.strip(), labels, value
+
+
+def _split_labels(body: str) -> list[str]:
+    parts, cur, quoted, esc = [], [], False, False
+    for c in body[:8192]:
+        if esc:
+            cur.append(c)
+            esc = False
+        elif c == "\\":
+            cur.append(c)
+            esc = True
+        elif c == '"':
+            quoted = not quoted
+            cur.append(c)
+        elif c == "," and not quoted:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    if cur:
+        parts.append("".join(cur))
+    return [p for p in parts if "=" in p]
+
+
+def split_engine_metrics(text: str) -> dict[str, MetricsSnapshot]:
+    """The gateway's /engine_metrics (every worker's /metrics, each series labelled worker_addr)
+    as one MetricsSnapshot per worker base URL, the worker_addr label taken off. Raises
+    MetricsParseError (a ValueError) when the text cannot be read or is past the parser's bounds."""
+    snap = MetricsSnapshot.parse(text, ts=time.time(), only=USED_METRICS)
+    per: dict[str, dict[str, list]] = {}
+    for name in snap.names():
+        for lab, v in snap.series(name):
+            url = base_url(lab.get("worker_addr", ""))
+            if url is None:
+                continue
+            rest = {k: x for k, x in lab.items() if k != "worker_addr"}
+            per.setdefault(url, {}).setdefault(name, []).append((rest, v))
+    return {url: MetricsSnapshot(series, snap.ts) for url, series in per.items()}
+
+
+def is_sglang_metrics(text: str) -> bool:
+    """Does a /metrics body carry SGLang's scheduler series?"""
+    for line in text.splitlines()[:50_000]:
+        if line and line[0] != "#" and bare_name(line.split("{", 1)[0].split(" ", 1)[0]) == "num_running_reqs":
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP
+
+
+def _loopback(url: str) -> bool:
+    try:
+        host = httpx.URL(url).host.lower()
+    except Exception:
+        return False
+    if host in ("localhost",) or host.endswith(".localhost"):
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _client(url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None) -> httpx.AsyncClient:
+    # As the workers' collector: a proxy from the environment is never used for a loopback address.
+    if _loopback(url):
+        return httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False, trust_env=False,
+                                 verify=httpx.create_ssl_context(trust_env=True))
+    return httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
+
+
+async def _get(client: httpx.AsyncClient, url: str, headers: dict, max_bytes: int) -> tuple[Optional[int], bytes, str]:
+    """GET url: (status, body, problem). status None when nothing answered; the body is read
+    (streaming, up to max_bytes) for 200 and 503 answers only."""
+    try:
+        async with client.stream("GET", url, headers=headers) as r:
+            if r.status_code not in (200, 503):
+                return r.status_code, b"", ""
+            body = bytearray()
+            async for chunk in r.aiter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    return None, b"", f"{urlsplit(url).path} body over {max_bytes // 2**20} MiB"
+            return r.status_code, bytes(body), ""
+    except httpx.ConnectError as e:
+        return None, b"", "connection refused" if _refused(e) else f"cannot connect ({str(e)[:120] or type(e).__name__})"
+    except httpx.TimeoutException:
+        return None, b"", "no answer in time"
+    except (httpx.HTTPError, OSError) as e:
+        return None, b"", f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def _refused(e: BaseException) -> bool:
+    """Nothing listens: httpx says "All connection attempts failed", its cause says refused."""
+    cur: Optional[BaseException] = e
+    for _ in range(6):
+        if cur is None:
+            return False
+        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json_body(body)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Probe:
+    kind: str  # "gateway" | "server" | "neither" | "unreachable"
+    reason: str = ""
+
+
+async def probe(url: str, *, api_key: Optional[str] = None, timeout_s: float = 3.0,
+                transport: Optional[httpx.AsyncBaseTransport] = None) -> Probe:
+    """What answers at url, by GETs only: a gateway (its /workers is a registry), an SGLang server
+    (/server_info is a JSON object, /v1/loads lists loads or /metrics has SGLang's series),
+    neither (it answers, but as neither), or nothing answers (unreachable: left to the session
+    to retry). A server that answers 5xx or wants a key is taken as a server."""
+    base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with _client(base, timeout_s, transport) as c:
+        status, body, problem = await _get(c, base + REGISTRY_PATH, headers, JSON_MAX_BYTES)
+        if status is None:
+            return Probe("unreachable", problem)
+        if status == 200 and parse_registry(_json(body)) is not None:
+            return Probe("gateway")
+        seen = [f"{REGISTRY_PATH} {status}"]
+        for path in ("/server_info", "/get_server_info", "/v1/loads", "/metrics"):
+            status, body, problem = await _get(c, base + path, headers, METRICS_MAX_BYTES)
+            if status is None:
+                seen.append(f"{path} {problem}")
+                continue
+            if status in (401, 403) or status >= 500:
+                return Probe("server", f"{path} answered HTTP {status}")
+            if status != 200:
+                seen.append(f"{path} {status}")
+                continue
+            if path == "/metrics":
+                if is_sglang_metrics(body.decode("utf-8", errors="replace")):
+                    return Probe("server")
+            else:
+                d = _json(body)
+                if path == "/v1/loads" and isinstance(d, dict) and isinstance(d.get("loads"), list):
+                    return Probe("server")
+                if path != "/v1/loads" and isinstance(d, dict) and ("model_path" in d or "internal_states" in d):
+                    return Probe("server")
+            seen.append(f"{path} 200 but not SGLang's")
+        return Probe("neither", "; ".join(seen))
+
+
+async def detect_gateway(url: str, **kw) -> bool:
+    """True when url is a gateway (its GET /workers answers a worker registry)."""
+    return (await probe(url, **kw)).kind == "gateway"
+
+
+# --------------------------------------------------------------------------------------------
+# The fleet source
+
+
+class GatewayFleet:
+    """A FleetSource (session/source.py) for one gateway: its workers become arms (scraped
+    directly: scrape_workers=True) and, for a worker specmon cannot reach, the gateway's own
+    figures stand in (FleetReading.samples). poll() never raises."""
+
+    kind = "gateway"
+
+    def __init__(self, url: str, *, name: Optional[str] = None, metrics_url: Optional[str] = None,
+                 api_key_env: Optional[str] = None, timeout_s: float = 3.0, engine_metrics_every_s: float = 5.0,
+                 discover_metrics: bool = True, transport: Optional[httpx.AsyncBaseTransport] = None):
+        self.url = url.rstrip("/")
+        self.name = name or f"gateway {worker_name(self.url)}"
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.metrics_url = metrics_url.rstrip("/") if metrics_url else None
+        if self.metrics_url and not urlsplit(self.metrics_url).path:
+            self.metrics_url += "/metrics"
+        self._metrics_given = metrics_url is not None
+        self._discover = discover_metrics and not self._metrics_given
+        self._discover_due = 0.0
+        self.engine_metrics_every_s = engine_metrics_every_s
+        self._engine_due = 0.0
+        self._engine_problem: Optional[str] = None
+        self._engine: dict[str, tuple[float, Sample]] = {}  # worker URL -> (when, its Sample from /engine_metrics)
+        self._collectors: dict[str, ArmCollector] = {}  # windows for /engine_metrics rates and percentiles
+        self._routed_prev: Optional[tuple[float, float]] = None
+        self._client = _client(self.url, timeout_s, transport)
+        self._transport = transport
+        self.polls = 0
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key and key.isascii() else {}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        for c in self._collectors.values():
+            await c.aclose()
+
+    async def poll(self) -> FleetReading:
+        try:
+            return await self._poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # never raises: a bug or a case not foreseen is this fleet's reason
+            return FleetReading(status=FleetStatus(name=self.name, kind="gateway", url=self.url, up=False,
+                                                   reason=f"poll failed: {type(e).__name__}: {str(e)[:200]}"))
+
+    async def _poll(self) -> FleetReading:
+        now = time.time()
+        self.polls += 1
+        h = self._headers()
+        get = lambda path, most=JSON_MAX_BYTES: _get(self._client, self.url + path, h, most)  # noqa: E731
+        reg_status, reg_body, reg_problem = await get(REGISTRY_PATH)
+        registry = parse_registry(_json(reg_body)) if reg_status == 200 else None
+        if registry is None:
+            why = reg_problem or (f"HTTP {reg_status}" if reg_status != 200 else "not a worker registry")
+            return FleetReading(status=FleetStatus(name=self.name, kind="gateway", url=self.url, up=False,
+                                                   reason=f"{REGISTRY_PATH}: {why}", source="workers"),
+                                scrape_workers=True)
+        jobs = {"ready": get(READINESS_PATH), "loads": get(LOADS_PATH)}
+        if self.metrics_url is None and self._discover and now >= self._discover_due:
+            jobs["discover"] = self._discover_metrics(registry)
+        if self.metrics_url is not None:
+            jobs["metrics"] = _get(self._client, self.metrics_url, h, METRICS_MAX_BYTES)
+        if now >= self._engine_due and registry:
+            jobs["engine"] = get(ENGINE_METRICS_PATH, METRICS_MAX_BYTES)
+            self._engine_due = now + self.engine_metrics_every_s
+        done = dict(zip(jobs, await asyncio.gather(*jobs.values())))
+        reasons: list[str] = []
+
+        ready = parse_readiness(done["ready"][0], _json(done["ready"][1]))
+        if ready.ready is False:
+            reasons.append(f"not ready: {ready.reason}")
+        elif ready.ready is None:
+            reasons.append(f"{READINESS_PATH}: {done['ready'][2] or ready.reason}")
+
+        loads_status, loads_body, loads_problem = done["loads"]
+        loads = parse_loads(_json(loads_body)) if loads_status == 200 else {}
+        if loads_status != 200:
+            reasons.append(f"{LOADS_PATH}: {loads_problem or f'HTTP {loads_status}'}")
+
+        gm: Optional[GatewayMetrics] = None
+        if "discover" in done and done["discover"] is not None:
+            gm = done["discover"]
+        elif "metrics" in done:
+            m_status, m_body, m_problem = done["metrics"]
+            if m_status == 200:
+                gm = parse_gateway_metrics(m_body.decode("utf-8", errors="replace"))
+                if not gm.is_gateway:
+                    reasons.append(f"{self.metrics_url} has no smg_ series")
+                    gm = None
+            else:
+                reasons.append(f"gateway metrics {self.metrics_url}: {m_problem or f'HTTP {m_status}'}")
+        if gm is None and self.metrics_url is None:
+            reasons.append("gateway metrics: port unknown (pass --gateway-metrics URL): routed req/s, "
+                           "requests per worker and circuit states not known")
+
+        if "engine" in done:
+            self._read_engine_metrics(done["engine"], registry, now)
+        if self._engine_problem:
+            reasons.append(self._engine_problem)
+
+        routed = None
+        if gm is not None and gm.routed_total is not None:
+            if self._routed_prev is not None and gm.routed_total >= self._routed_prev[1] and now > self._routed_prev[0]:
+                routed = (gm.routed_total - self._routed_prev[1]) / (now - self._routed_prev[0])
+            self._routed_prev = (now, gm.routed_total)
+
+        specs, statuses, samples = [], [], {}
+        taken: set[str] = set()
+        for w in registry:
+            name = worker_name(w.url)
+            if name in taken:
+                name = f"{name} ({w.role})"
+            taken.add(name)
+            specs.append(ArmSpec(name=name, url=w.url, api_key_env=self.api_key_env, fleet=self.name, role=w.role))
+            statuses.append(WorkerStatus(
+                url=w.url, arm=name, role=w.role,
+                healthy=w.healthy if w.healthy is not None else (gm.health.get(w.url) if gm else None),
+                # the gauge appears with the worker's first routed request: a live worker without it has none
+                active_requests=(gm.active.get(w.url, 0 if w.url in gm.workers else None)) if gm else None,
+                circuit=gm.circuit.get(w.url) if gm else None))
+            s = self._worker_sample(name, w, loads.get(w.url), now)
+            if s is not None:
+                samples[name] = s
+        healthy = ready.healthy
+        total = ready.total
+        if healthy is None or total is None:
+            known = [w.healthy for w in registry]
+            healthy = sum(1 for x in known if x) if all(x is not None for x in known) else None
+            total = len(registry)
+        status = FleetStatus(
+            name=self.name, kind="gateway", url=self.url, up=True, reason="; ".join(reasons) or None,
+            workers=statuses, healthy=healthy, total=total, routed_req_s=routed,
+            policy=", ".join(gm.policies) if gm and gm.policies else None, source="workers")
+        for gone in set(self._collectors) - {w.url for w in registry}:
+            await self._collectors.pop(gone).aclose()
+            self._engine.pop(gone, None)
+        return FleetReading(status=status, workers=specs, samples=samples, scrape_workers=True)
+
+    def _worker_sample(self, name: str, w: RegistryWorker, load: Optional[WorkerLoad], now: float) -> Optional[Sample]:
+        """The gateway's reading of one worker, for a tick when specmon cannot reach it itself:
+        its share of /engine_metrics (newest within two periods), else the loads fan-out."""
+        eng = self._engine.get(w.url)
+        if eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s:
+            s = eng[1]
+            out = Sample(**{**s.__dict__, "ts": now, "arm": name})
+            out.stale_s = round(now - eng[0], 3)
+            out.reason = "from the gateway's /engine_metrics"
+            return out
+        if load is None:
+            return None
+        if load.load is None and not load.ranks:
+            return Sample(ts=now, arm=name, up=False, state="down", source="gateway", worker=w.url, role=w.role,
+                          reason="the gateway got no load from it either (/get_loads load -1)")
+        s = Sample(ts=now, arm=name, up=True, state="up", source="gateway", worker=w.url, role=w.role,
+                   gen_tok_s_gauge=load.gen_tok_s_gauge)
+        if load.ranks:
+            if len(load.ranks) > 1 or w.dp_size and w.dp_size > 1:
+                with_ranks(s, load.ranks)
+            else:
+                r = load.ranks[0]
+                s.running_reqs, s.queued_reqs = r.running_reqs, r.queued_reqs
+                s.kv_used_tokens, s.kv_capacity_tokens, s.kv_usage = r.kv_used_tokens, r.kv_capacity_tokens, r.kv_usage
+            s.reason = "from the gateway's /get_loads"
+        else:
+            s.reason = f"the gateway's /get_loads gives only its load: {load.load:,} tokens (running and queued)"
+        return s
+
+    def _read_engine_metrics(self, answer: tuple, registry: list[RegistryWorker], now: float) -> None:
+        status, body, problem = answer
+        if status != 200:
+            words = problem or f"HTTP {status}"
+            self._engine_problem = (f"the gateway's {ENGINE_METRICS_PATH} answered {words}: worker figures come "
+                                    "from specmon's own scrape of each worker")
+            self._engine.clear()
+            return
+        try:
+            per = split_engine_metrics(body.decode("utf-8", errors="replace"))
+        except (MetricsParseError, ValueError) as e:
+            self._engine_problem = (f"the gateway's {ENGINE_METRICS_PATH} could not be read ({e}): worker figures "
+                                    "come from specmon's own scrape of each worker")
+            self._engine.clear()
+            return
+        self._engine_problem = None
+        roles = {w.url: w for w in registry}
+        for url, snap in per.items():
+            w = roles.get(url)
+            if w is None:
+                continue
+            c = self._collectors.get(url)
+            if c is None:
+                c = self._collectors[url] = ArmCollector(ArmSpec(name=worker_name(url), url=url),
+                                                         transport=self._transport)
+            s = c.read_snapshot(snap, now)
+            if s is not None:
+                s.source, s.worker, s.role = "gateway", url, w.role
+                self._engine[url] = (now, s)
+
+    async def _discover_metrics(self, registry: list[RegistryWorker]) -> Optional[GatewayMetrics]:
+        """The gateway does not say where its metrics are: try its host at smg's default port,
+        and keep that only when the series there name this gateway's workers."""
+        self._discover_due = time.time() + 60.0
+        u = urlsplit(self.url)
+        host = u.hostname or ""
+        candidate = f"http://{'[' + host + ']' if ':' in host else host}:{DEFAULT_METRICS_PORT}/metrics"
+        if u.port == DEFAULT_METRICS_PORT:
+            return None
+        status, body, _ = await _get(self._client, candidate, self._headers(), METRICS_MAX_BYTES)
+        if status != 200:
+            return None
+        gm = parse_gateway_metrics(body.decode("utf-8", errors="replace"))
+        mine = {w.url for w in registry}
+        if not gm.is_gateway or not (gm.workers & mine) or not gm.workers <= mine:
+            return None  # another gateway's metrics (or none): not these
+        self.metrics_url = candidate
+        return gm
