@@ -1,8 +1,10 @@
 """Workload: seeded exact-length prompts and dataset files (good, bad, filtered)."""
 
+import hashlib
 import json
 import subprocess
 import sys
+import tracemalloc
 
 import pytest
 
@@ -21,6 +23,56 @@ def test_input_ids_are_exact_reproducible_and_distinct():
     assert p.payload() == {"input_ids": p.input_ids}
     # pinned: the generator must not drift between releases (recorded sessions refer to seeds)
     assert random_ids(1, 0, 5) == random_ids(1, 0, 5)
+
+
+# sha256 over json.dumps(input_ids) of prompts 0..count-1, recorded from the implementation that
+# kept prompts as lists of ints (before the compact cache): storage must not change one id.
+IDS_DIGESTS = {
+    (42, 1024, 8): "05c4a8f7e7a4c74f78f75dda803c3f40d2b1d9ebfd8843b83558f6c19b2cd924",
+    (7, 8800, 4): "6322372a7b6e468dc071ab89c6a63f4ae7117f7b73c8dd040576837c6714d8fc",
+    (1, 1, 3): "44eeae840e0094dcebb0e779a060b179ffe25a017485b9844436873c67079fdb",
+}
+
+
+@pytest.mark.parametrize("seed,input_len,count", list(IDS_DIGESTS))
+def test_input_ids_are_the_recorded_ones_first_and_from_the_cache(seed, input_len, count):
+    w = Workload(input_len=input_len, seed=seed)
+    for _ in range(2):  # generated, then served from the cache
+        h = hashlib.sha256()
+        for i in range(count):
+            ids = w.prompt(i).payload()["input_ids"]
+            assert type(ids) is list and all(type(t) is int for t in ids)  # what json.dumps sends
+            h.update(json.dumps(ids).encode())
+        assert h.hexdigest() == IDS_DIGESTS[(seed, input_len, count)]
+    # A prompt the cache has no room for is the same prompt, made again from the seed.
+    tight = Workload(input_len=input_len, seed=seed, cache_bytes=0)
+    assert [tight.prompt(i).input_ids for i in range(count)] == [w.prompt(i).input_ids for i in range(count)]
+    assert tight.cached_bytes == 0
+
+
+def test_the_prompt_cache_is_bounded_by_bytes():
+    cap = 1 << 20
+    w = Workload(input_len=10_000, seed=3, cache_bytes=cap)
+    for i in range(100):  # 100 prompts of 10,000 ids: 4 MB as int32, 36 MB as lists of ints
+        w.prompt(i)
+    assert 0 < w.cached_bytes <= cap
+    assert 20 <= len(w._cache) <= 26  # 1 MiB / 40 KB: the cap, not a count, decides
+
+
+def test_cached_prompts_take_4_bytes_a_token_id():
+    """The cache's own allocations, traced: int32 ids, not Python ints (36 bytes each)."""
+    w = Workload(input_len=8800, seed=42)
+    w.prompt(0)  # warm anything allocated once
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(1, 101):
+            w.prompt(i)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(w._cache) == 101
+    assert held / (100 * 8800) < 5  # bytes per cached id (4 + the array's header)
 
 
 def test_jsonl_prompts_with_a_bad_line(tmp_path):

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -31,10 +33,11 @@ from specmon.errors import UsageError
 from specmon.plan import check_tokens
 
 DEFAULT_ID_LIMIT = 4000
-# Prompts kept for reuse: at most this many, and at most _CACHE_IDS token ids in all (a long
-# prompt is a list of that many ints; 4096 prompts of 1M tokens would not fit in memory).
-_CACHE_PROMPTS = 4096
-_CACHE_IDS = 1 << 24
+# Synthetic prompts kept for reuse (every arm sends prompt i: it is built once), in at most this
+# many bytes. Ids are kept as int32, 4 bytes each (a list holds a 36-byte Python int per id):
+# 64 MiB keeps about 1,900 prompts of 8.8K tokens, 128 of 128K, 16 of 1M. A prompt past the cap
+# is made again from the seed when asked for: the same ids, only the CPU is spent twice.
+PROMPT_CACHE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ class Workload:
 
     def __init__(self, *, input_len: int = 1024, seed: int = 42, tokenizer: Optional[str] = None,
                  dataset: Optional[str] = None, category: Optional[str] = None,
-                 id_limit: int = DEFAULT_ID_LIMIT):
+                 id_limit: int = DEFAULT_ID_LIMIT, cache_bytes: int = PROMPT_CACHE_BYTES):
         try:
             check_tokens(input_len)  # the plan's bound: a prompt is built as a list of input_len ids
         except ValueError as e:
@@ -241,7 +244,10 @@ class Workload:
         self.id_limit = id_limit
         self.dataset = load_dataset(dataset, category) if dataset else None
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
-        self._cache: dict[int, Prompt] = {}
+        # Prompt index -> its ids (int32 array) or its text; `cached_bytes` of `cache_bytes` used.
+        self._cache: dict[int, Union[array, str]] = {}
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
 
     @property
     def skipped(self) -> list[str]:
@@ -254,19 +260,24 @@ class Workload:
         return {"kind": "text" if self.tokenizer else "input_ids", "input_len": self.input_len, "seed": self.seed}
 
     def prompt(self, index: int) -> Prompt:
-        cached = self._cache.get(index)
-        if cached is not None:
-            return cached
         if self.dataset:
-            # Seeded shuffle order over the dataset, cycling when the ramp needs more prompts.
+            # Seeded shuffle order over the dataset, cycling when the ramp needs more prompts
+            # (the dataset holds the texts: nothing to cache).
             order = self._order()
-            p = Prompt(text=self.dataset.prompts[order[index % len(order)]])
-        elif self.tokenizer is not None:
-            p = Prompt(text=exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit))
+            return Prompt(text=self.dataset.prompts[order[index % len(order)]])
+        kept = self._cache.get(index)
+        if kept is not None:
+            return Prompt(text=kept) if isinstance(kept, str) else Prompt(input_ids=kept.tolist())
+        if self.tokenizer is not None:
+            text = exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit)
+            p, keep = Prompt(text=text), text
         else:
-            p = Prompt(input_ids=random_ids(self.seed, index, self.input_len, self.id_limit))
-        if len(self._cache) < min(_CACHE_PROMPTS, max(1, _CACHE_IDS // self.input_len)):
-            self._cache[index] = p
+            ids = random_ids(self.seed, index, self.input_len, self.id_limit)
+            p, keep = Prompt(input_ids=ids), array("i", ids)
+        size = sys.getsizeof(keep)
+        if self.cached_bytes + size <= self.cache_bytes:
+            self._cache[index] = keep
+            self.cached_bytes += size
         return p
 
     def _order(self) -> list[int]:
