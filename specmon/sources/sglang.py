@@ -255,9 +255,13 @@ class ArmCollector:
         except httpx.ConnectError as e:
             if _refused(e):
                 raise _Failure("refused", f"connection refused at {self.shown}")
-            raise _Failure("down", f"cannot connect to {self.shown}: {without_credentials(str(e)) or type(e).__name__}")
+            words = without_credentials(str(e)) or type(e).__name__
+            if "name resolution" in words or "not known" in words or "No address associated" in words:
+                host = httpx.URL(self.base).host
+                raise _Failure("down", f"cannot resolve the name {host!r} ({words})")
+            raise _Failure("down", f"cannot connect to {self.shown}: {words}")
         except httpx.TimeoutException:
-            raise _Failure("timeout", f"no answer from {url} within {self.timeout_s:g} s")
+            raise _Failure("timeout", f"no answer from {self.shown}{path} within {self.timeout_s:g} s")
         except httpx.TransportError as e:
             raise _Failure("down", f"{url}: {type(e).__name__} {e}".strip())
         except httpx.DecodingError as e:
