@@ -36,6 +36,12 @@ def _max_over_mean(values: Sequence[Optional[float]]) -> Optional[float]:
     return max(known) / mean if mean > 0 else None
 
 
+def _why_saturated(r: RankReading, max_running: Optional[int]) -> str:
+    if r.kv_usage is not None and r.kv_usage >= KV_SATURATED:
+        return f"KV {r.kv_usage:.0%}"
+    return f"running {r.running_reqs} at its cap {max_running}"
+
+
 def rank_imbalance(ranks: Sequence[RankReading], max_running: Optional[int] = None) -> Optional[RankImbalance]:
     """None for fewer than two ranks (nothing to compare)."""
     if len(ranks) < 2:
@@ -47,8 +53,8 @@ def rank_imbalance(ranks: Sequence[RankReading], max_running: Optional[int] = No
     words = []
     if saturated and len(saturated) < len(ranks):
         rest = [r for r in ranks if r not in saturated]
-        words.append(", ".join(f"dp{r.dp_rank} saturated" + (f" (KV {r.kv_usage:.0%})" if r.kv_usage is not None else "")
-                               for r in saturated) + " while " + ", ".join(f"dp{r.dp_rank}" for r in rest)
+        words.append(", ".join(f"dp{r.dp_rank} saturated ({_why_saturated(r, max_running)})" for r in saturated)
+                     + " while " + ", ".join(f"dp{r.dp_rank}" for r in rest)
                      + (" is" if len(rest) == 1 else " are") + " not")
     if starving:
         words.append(", ".join(f"dp{r.dp_rank}" for r in starving) + " starving (0 running while another runs "
