@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds")
     p.add_argument("--isl", type=_tokens, default=1024, help="assumed input tokens per request, for the predicted knee")
     p.add_argument("--osl", type=_tokens, default=256, help="assumed output tokens per request, for the predicted knee")
+    p.add_argument("--no-discover", "--workers-only", dest="no_discover", action="store_true",
+                   help="take every URL as one SGLang server (do not look for a gateway and its workers)")
+    p.add_argument("--gateway-metrics", default=None, metavar="URL",
+                   help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
     _add_metrics_options(p)
 
     p = sub.add_parser("launch", help="start servers from a layout file, ramp, watch")

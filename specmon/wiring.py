@@ -110,6 +110,52 @@ def require_loopback_or_yes(arms: Sequence[ArmSpec], yes: bool) -> None:
                          "pass --yes to send it anyway")
 
 
+def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: Optional[str] = None,
+                   timeout_s: float = 3.0) -> tuple[list[ArmSpec], list]:
+    """The arms that are SGLang servers, and a GatewayFleet for each URL that is a gateway (its
+    GET /workers answers a worker registry): its workers are watched, not the gateway. A URL
+    that answers as neither is exit 2, in one line; one that does not answer stays an arm (the
+    session retries it). discover=False (--no-discover): every URL is a server, as it was.
+    GETs only (sources/gateway.py probe)."""
+    if not discover:
+        if metrics_url is not None:
+            raise UsageError("--gateway-metrics: not with --no-discover (no gateway is looked for)")
+        return arms, []
+    import asyncio
+
+    from specmon.sources.gateway import GatewayFleet, probe
+
+    if metrics_url is not None:
+        try:
+            u = urlsplit(metrics_url.strip())
+            ok = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
+        except ValueError:
+            ok = False
+        if not ok or not metrics_url.isprintable():
+            raise UsageError(f"--gateway-metrics: expected a URL like http://127.0.0.1:29000, got {metrics_url!r}")
+
+    async def probe_all():
+        return await asyncio.gather(*(probe(a.url, api_key=os.environ.get(a.api_key_env) if a.api_key_env else None,
+                                            timeout_s=timeout_s) for a in arms))
+
+    found = asyncio.run(probe_all()) if arms else []
+    kept, gateways = [], []
+    for arm, p in zip(arms, found):
+        if p.kind == "neither":
+            raise UsageError(f"{public_url(arm.url)}: neither an SGLang server nor a gateway ({p.reason})")
+        (gateways if p.kind == "gateway" else kept).append(arm)
+    if metrics_url is not None and len(gateways) != 1:
+        raise UsageError(f"--gateway-metrics: {'no URL is a gateway' if not gateways else 'more than one gateway'}"
+                         " (it names the metrics of one gateway)")
+    fleets = []
+    for arm in gateways:
+        fleets.append(GatewayFleet(arm.url, name=f"gateway {arm.name}", api_key_env=arm.api_key_env,
+                                   metrics_url=metrics_url, timeout_s=timeout_s))
+        print(f"specmon: {public_url(arm.url)} is a gateway: watching the workers it lists",
+              file=sys.stderr, flush=True)
+    return kept, fleets
+
+
 # --------------------------------------------------------------------------------------------
 # The workload
 
