@@ -209,6 +209,45 @@ def start_metrics(port: Optional[int], host: str = "127.0.0.1") -> list["Exporte
 
 
 # --------------------------------------------------------------------------------------------
+# A fleet through Prometheus (--prometheus URL [--selector S])
+
+
+def prometheus_fleets(url: Optional[str], selector: Optional[str], interval_s: float) -> list:
+    """[] without --prometheus; else the fleet source, after one reading that found workers:
+    a bad URL or selector, or a selector that matches nothing, is exit 2; Prometheus not
+    answering is exit 3. Says on stderr what was found, and that knees need 1 s resolution."""
+    if url is None:
+        if selector is not None:
+            raise UsageError("--selector: only with --prometheus URL")
+        return []
+    import asyncio
+
+    from specmon.sources.promfleet import (
+        KNEE_NOTE, PrometheusFleet, PromQueryError, first_reading, prometheus_base, selector_matchers,
+    )
+
+    for flag, check, value in (("--prometheus", prometheus_base, url), ("--selector", selector_matchers, selector)):
+        try:
+            check(value)
+        except ValueError as e:
+            raise UsageError(f"{flag}: {e}") from None
+    fleet = PrometheusFleet(url, selector, interval_s)
+    try:
+        reading = asyncio.run(first_reading(url, selector, interval_s))
+    except PromQueryError as e:
+        if e.kind == "bad_query":
+            raise UsageError(f"--selector {fleet.selector}: Prometheus refused it ({e.message})") from None
+        raise ServerError(f"Prometheus at {public_url(fleet.url)}: {e.describe()}") from None
+    if not reading.workers:
+        raise UsageError(f"--selector {fleet.selector}: matches no SGLang series at {public_url(fleet.url)} "
+                         "(looked for sglang:num_running_reqs and sglang_num_running_reqs)")
+    every = reading.status.scrape_interval_s
+    print(f"specmon: {len(reading.workers)} worker(s) through Prometheus at {public_url(fleet.url)}"
+          f"{f', scraped every {every:g} s' if every else ''}; {KNEE_NOTE}", file=sys.stderr, flush=True)
+    return [fleet]
+
+
+# --------------------------------------------------------------------------------------------
 # Front end
 
 
@@ -219,7 +258,9 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
     if not headless:
         from specmon.tui.app import run_tui  # lazy: the data core never imports Textual
 
-        return run_tui(live, title=title)
+        reason = run_tui(live, title=title)
+        _exit_if_recording_failed(reason)
+        return reason
     from specmon.headless import run_headless
 
     reason = run_headless(live, duration_s)
@@ -228,7 +269,15 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
         from specmon.analysis.table import format_level_table
 
         print(format_level_table(results))
+    _exit_if_recording_failed(reason)
     return reason
+
+
+def _exit_if_recording_failed(reason: object) -> None:
+    """A session stopped because its folder took no more rows: one line, exit 1."""
+    if isinstance(reason, str) and reason.startswith("recording failed"):
+        print(f"specmon: error: {reason}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:

@@ -27,7 +27,7 @@ from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
     LaunchContext, Marker, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
 )
-from specmon.session.folder import RecordingError, SessionWriter, default_out_dir
+from specmon.session.folder import SessionWriter, default_out_dir
 from specmon.session.source import Emit, FleetSource, Supervision, fan_out
 from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
@@ -300,7 +300,8 @@ class LiveSession:
             deadline = self.interval * 0.8 if self.ticks else max(self.interval * 0.8, min(2.0, self.scrape_timeout_s))
             await self.tick(emit, deadline_s=deadline)
             if self.writer is not None and self.writer.error is not None:
-                raise RecordingError(self.writer.error)
+                # The folder cannot take more (full disk): stop cleanly, rows written stay whole.
+                return f"recording failed: {self.writer.error}"
             if ramp_task is not None and ramp_task.done() and not self.keep_watching:
                 exc = ramp_task.exception()
                 if exc is not None:
