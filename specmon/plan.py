@@ -33,6 +33,14 @@ MAX_INTERVAL_S = 3_600.0  # between two scrapes
 MAX_SEED = 2**63
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")  # SPEED-Bench throughput categories
 DEFAULT_LEVEL_DURATION_S = 60.0
+MAX_PREFIX_GROUPS = 100_000  # system prompts of a shared-prefix workload
+MAX_ZIPF = 10.0
+MAX_TURNS = 100  # turns of one conversation
+MAX_RATE = 100_000.0  # requests per second offered to one arm
+ARRIVALS = ("poisson", "constant", "gamma")
+MAX_BURSTINESS = 100.0
+DEFAULT_ATTAINMENT = 0.9  # the SLO search's target (and the SLO knee's): DistServe's 90 %
+DEFAULT_SEARCH_MAX_LEVEL = 1024  # concurrency; a rate search goes to its start x this at most
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,6 +106,33 @@ def check_seed(seed: Any) -> int:
     return seed
 
 
+def check_rates(rates: Any) -> list[float]:
+    if not isinstance(rates, (list, tuple)) or not rates or any(
+            isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0 for r in rates):
+        raise ValueError(f"expected a non-empty list of request rates > 0 (requests per second), got {_short(rates)}")
+    if len(rates) > MAX_LEVEL_COUNT:
+        raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(rates):,}")
+    big = next((r for r in rates if r > MAX_RATE), None)
+    if big is not None:
+        raise ValueError(f"expected rates of at most {_num(MAX_RATE)} requests per second per arm, got {big:g}")
+    return [float(r) for r in rates]
+
+
+def check_arrival(arrival: Any) -> str:
+    if arrival not in ARRIVALS:
+        raise ValueError(f"expected {', '.join(ARRIVALS[:-1])} or {ARRIVALS[-1]}, got {_short(arrival)}")
+    return arrival
+
+
+def check_share(x: Any) -> float:
+    """A proportion strictly between 0 and 1 (an SLO attainment target)."""
+    _number(x, "a number")
+    x = float(x)
+    if not math.isfinite(x) or not 0 < x < 1:
+        raise ValueError(f"expected a number between 0 and 1 (e.g. 0.9), got {x!r}")
+    return x
+
+
 def check_category(category: Optional[str]) -> Optional[str]:
     if category is not None and category not in CATEGORIES:
         raise ValueError(f"expected {', '.join(CATEGORIES[:-1])} or {CATEGORIES[-1]}, got {category!r}")
@@ -119,9 +154,12 @@ def _short(value: Any) -> str:
 
 @dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))
 class RampPlan:
-    """What a ramp does: offered concurrency levels, request shape, level length, SLOs."""
+    """What a ramp does: offered concurrency levels (or request rates, or an SLO search), request
+    shape, level length, SLOs."""
 
-    levels: list[int]
+    # Closed-loop levels: C streams per arm each. Exactly one of levels and rates, unless `search`
+    # (then levels or rates, when given, say where it starts; without either it searches C from 1).
+    levels: Optional[list[int]] = None
     input_len: int = 1024
     output_len: int = 256
     # One of the two ends a level; neither given: DEFAULT_LEVEL_DURATION_S.
@@ -139,6 +177,28 @@ class RampPlan:
     # slo_tpot_s (either may be None: not judged). None for both: no SLO knee.
     slo_ttft_s: Optional[float] = None
     slo_tpot_s: Optional[float] = None
+    # Shared prefixes (load/workload.py): the first shared_prefix_len tokens of every prompt are
+    # one of prefix_groups system prompts, picked with Zipf(zipf) popularity (1 when not given).
+    shared_prefix_len: Optional[int] = None
+    prefix_groups: int = 1
+    zipf: Optional[float] = None
+    # Multi-turn conversations: each turn resends the history plus a new user message; a stream
+    # waits think_time_s (the arm's seconds) between two turns of a conversation.
+    turns: int = 1
+    think_time_s: float = 0.0
+    # Open-loop levels: each level offers `rates[i]` requests per second per arm (the arm's
+    # seconds), arrival times seeded: poisson, constant or gamma (shape = burstiness: 1 is
+    # Poisson, below 1 burstier); max_concurrency caps the requests in flight (None: no cap).
+    rates: Optional[list[float]] = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: Optional[int] = None
+    # SLO search (analysis/search.py): the highest level whose attainment's Wilson lower 95% bound
+    # is >= attainment, by doubling then bisection, up to max_level. `attainment` is also the
+    # SLO knee's target.
+    search: bool = False
+    attainment: float = DEFAULT_ATTAINMENT
+    max_level: Optional[float] = None
 
     @field_validator("levels", mode="before")
     @classmethod
@@ -152,8 +212,77 @@ class RampPlan:
 
     @field_validator("levels")
     @classmethod
-    def _levels_after(cls, v: list[int]) -> list[int]:
-        return check_levels(v)
+    def _levels_after(cls, v: Optional[list[int]]) -> Optional[list[int]]:
+        return None if v is None else check_levels(v)
+
+    @field_validator("rates", mode="before")
+    @classmethod
+    def _rates(cls, v: Any) -> Any:
+        if v is not None:
+            if isinstance(v, (list, tuple)) and len(v) > MAX_LEVEL_COUNT:
+                raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(v):,}")
+            return check_rates(v)
+        return v
+
+    @field_validator("arrival")
+    @classmethod
+    def _arrival(cls, v: str) -> str:
+        return check_arrival(v)
+
+    @field_validator("shared_prefix_len", "prefix_groups", "turns", "max_concurrency", "zipf", "burstiness",
+                     "think_time_s", "attainment", "max_level", mode="before")
+    @classmethod
+    def _more_numbers(cls, v: Any) -> Any:
+        return _no_bool(v)
+
+    @field_validator("shared_prefix_len")
+    @classmethod
+    def _prefix_len(cls, v: Optional[int]) -> Optional[int]:
+        return None if v is None else check_tokens(v)
+
+    @field_validator("prefix_groups")
+    @classmethod
+    def _groups(cls, v: int) -> int:
+        return check_count(v, MAX_PREFIX_GROUPS)
+
+    @field_validator("turns")
+    @classmethod
+    def _turns(cls, v: int) -> int:
+        return check_count(v, MAX_TURNS)
+
+    @field_validator("max_concurrency")
+    @classmethod
+    def _cap(cls, v: Optional[int]) -> Optional[int]:
+        return None if v is None else check_count(v, MAX_LEVEL)
+
+    @field_validator("zipf")
+    @classmethod
+    def _zipf(cls, v: Optional[float]) -> Optional[float]:
+        if v is None:
+            return None
+        if not math.isfinite(v) or not 0 <= v <= MAX_ZIPF:
+            raise ValueError(f"expected a Zipf exponent from 0 (uniform) to {MAX_ZIPF:g}, got {v!r}")
+        return v
+
+    @field_validator("burstiness")
+    @classmethod
+    def _burstiness(cls, v: float) -> float:
+        return check_positive(v, most=MAX_BURSTINESS)
+
+    @field_validator("think_time_s")
+    @classmethod
+    def _think(cls, v: float) -> float:
+        return check_seconds(v, zero_ok=True)
+
+    @field_validator("attainment")
+    @classmethod
+    def _attainment(cls, v: float) -> float:
+        return check_share(v)
+
+    @field_validator("max_level")
+    @classmethod
+    def _max_level(cls, v: Optional[float]) -> Optional[float]:
+        return None if v is None else check_positive(v, most=max(MAX_LEVEL, MAX_RATE))
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -218,7 +347,94 @@ class RampPlan:
         if self.level_duration_s is None and self.requests_per_level is None:
             # object.__setattr__: a plain assignment would validate the whole plan again, in a loop
             object.__setattr__(self, "level_duration_s", DEFAULT_LEVEL_DURATION_S)
+        self._check_steps()
+        self._check_workload()
         return self
+
+    def _check_steps(self) -> None:
+        if self.levels is not None and self.rates is not None:
+            raise ValueError(_at("rates", "expected levels (closed loop) or rates (open loop), not both"))
+        if not self.search and self.levels is None and self.rates is None:
+            raise ValueError(_at("levels", "required key is missing (or rates, or search)"))
+        open_only = [(name, bad) for name, bad in (("max_concurrency", self.max_concurrency is not None),
+                                                   ("arrival", self.arrival != "poisson"),
+                                                   ("burstiness", self.burstiness != 1.0)) if bad]
+        if self.rates is None and open_only:
+            raise ValueError(_at(open_only[0][0], "only with rates (open-loop levels)"))
+        if self.burstiness != 1.0 and self.arrival != "gamma":
+            raise ValueError(_at("burstiness", "only with arrival gamma (its shape; poisson is gamma with 1)"))
+        if self.search:
+            if self.slo_ttft_s is None and self.slo_tpot_s is None:
+                raise ValueError(_at("search", "needs an SLO to search for (slo_ttft_s and/or slo_tpot_s)"))
+            start = self.search_start
+            if self.max_level is not None:
+                if self.rates is None and not float(self.max_level).is_integer():
+                    raise ValueError(_at("max_level", f"expected a whole concurrency, got {self.max_level:g}"))
+                if self.max_level < start:
+                    raise ValueError(_at("max_level", f"expected at least the search's start {start:g}, "
+                                                      f"got {self.max_level:g}"))
+                if self.rates is None and self.max_level > MAX_LEVEL:
+                    raise ValueError(_at("max_level", f"expected at most {MAX_LEVEL:,} streams per arm, "
+                                                      f"got {self.max_level:g}"))
+        elif self.max_level is not None:
+            raise ValueError(_at("max_level", "only with search"))
+
+    def _check_workload(self) -> None:
+        if self.shared_prefix_len is not None:
+            if self.dataset is not None or self.tokenizer is not None:
+                raise ValueError(_at("shared_prefix_len", "shared prefixes are built as input_ids (not with "
+                                                          "dataset or tokenizer)"))
+            if self.shared_prefix_len >= self.input_len:
+                raise ValueError(_at("shared_prefix_len", f"expected fewer tokens than input_len "
+                                                          f"{self.input_len}, got {self.shared_prefix_len}"))
+        else:
+            if self.prefix_groups != 1:
+                raise ValueError(_at("prefix_groups", "only with shared_prefix_len"))
+            if self.zipf is not None:
+                raise ValueError(_at("zipf", "only with shared_prefix_len"))
+        if self.turns > 1:
+            if self.rates is not None:
+                raise ValueError(_at("turns", "multi-turn conversations run in closed-loop levels; "
+                                              "with rates each arrival is one request"))
+            own = self.input_len - (self.shared_prefix_len or 0)
+            longest = self.input_len + (self.turns - 1) * (self.output_len + own)
+            if self.dataset is None and longest > MAX_TOKENS:
+                raise ValueError(_at("turns", f"turn {self.turns} would send {longest:,} prompt tokens, more than "
+                                              f"{MAX_TOKENS:,}"))
+        elif self.think_time_s:
+            raise ValueError(_at("think_time_s", "only with turns > 1 (the wait between two turns)"))
+
+    # ---- what the plan says, derived ------------------------------------------------------------
+    @property
+    def open_loop(self) -> bool:
+        """Levels offer request rates (open loop), not concurrency."""
+        return self.rates is not None
+
+    @property
+    def steps(self) -> list:
+        """The planned levels' offered values (concurrency or rates); [] for a search, whose
+        levels are chosen as it goes."""
+        if self.search:
+            return []
+        return list(self.rates if self.rates is not None else self.levels)
+
+    @property
+    def search_start(self) -> float:
+        given = self.rates if self.rates is not None else self.levels
+        return float(given[0]) if given else 1.0
+
+    @property
+    def search_max(self) -> float:
+        if self.max_level is not None:
+            return float(self.max_level)
+        if self.rates is not None:
+            return min(self.search_start * DEFAULT_SEARCH_MAX_LEVEL, MAX_RATE)
+        return float(min(DEFAULT_SEARCH_MAX_LEVEL, MAX_LEVEL))
+
+
+def _at(field: str, message: str) -> str:
+    """A whole-plan rule's message, `field: message` (build_plan puts it at that field)."""
+    return f"{field}: {message}"
 
 
 def _no_bool(v: Any) -> Any:
@@ -236,7 +452,10 @@ FLAGS = {
     "level_duration_s": "--level-duration", "requests_per_level": "--requests-per-level",
     "settle_s": "--settle", "seed": "--seed", "dataset": "--dataset", "category": "--category",
     "tokenizer": "--tokenizer", "flush_cache": "--flush-cache", "slo_ttft_s": "--slo-ttft",
-    "slo_tpot_s": "--slo-tpot",
+    "slo_tpot_s": "--slo-tpot", "shared_prefix_len": "--shared-prefix-len", "prefix_groups": "--prefix-groups",
+    "zipf": "--zipf", "turns": "--turns", "think_time_s": "--think-time", "rates": "--rates",
+    "arrival": "--arrival", "burstiness": "--burstiness", "max_concurrency": "--max-concurrency",
+    "search": "--search", "attainment": "--attainment", "max_level": "--max-level",
 }
 
 
@@ -252,7 +471,17 @@ def build_plan(values: dict[str, Any], label: Callable[[tuple], str] = flag_labe
         return RampPlan(**values)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        raise UsageError(f"{label(tuple(err.get('loc', ())))}: {error_text(err)}") from None
+        loc, text = place_error(tuple(err.get("loc", ())), error_text(err))
+        raise UsageError(f"{label(loc)}: {text}") from None
+
+
+def place_error(loc: tuple, text: str) -> tuple[tuple, str]:
+    """A whole-plan rule's error (`field: message`, at the plan itself) moved to its field."""
+    field, sep, rest = text.partition(": ")
+    fields = RampPlan.__dataclass_fields__
+    if sep and field in fields and not (loc and loc[-1] in fields):
+        return loc + (field,), rest
+    return loc, text
 
 
 def replace_plan(plan: RampPlan, label: Callable[[tuple], str] = flag_label, **changes: Any) -> RampPlan:

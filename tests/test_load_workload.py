@@ -156,3 +156,98 @@ def test_ramp_cli_bad_dataset_exits_2_before_sending(tmp_path):
     assert p.returncode == 2
     assert "bad.jsonl" in p.stderr and "no usable prompt" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Shared prefixes and multi-turn conversations
+
+
+def test_shared_prefixes_are_exact_seeded_and_zipf_popular():
+    from collections import Counter
+
+    w = Workload(input_len=600, seed=9, shared_prefix_len=400, prefix_groups=8, zipf=1.2)
+    prompts = [w.prompt(i) for i in range(2000)]
+    assert {len(p.input_ids) for p in prompts} == {600}           # the whole prompt, exact
+    groups = [w.group(i) for i in range(2000)]
+    for p, g in zip(prompts, groups):
+        assert p.input_ids[:400] == w.prefix_ids(g)                # its group's system prompt first
+    assert len({tuple(w.prefix_ids(g)) for g in range(8)}) == 8    # eight different system prompts
+    assert len({tuple(p.input_ids[400:]) for p in prompts}) == 2000  # and every request its own question
+    counts = Counter(groups)
+    # Zipf(1.2) over 8 ranks: rank k takes k^-1.2 / H, H = 2.333: 42.9 %, 18.7 %, ..., rank 8 3.5 %
+    share = [counts[g] / 2000 for g in range(8)]
+    assert share[0] == pytest.approx(0.429, abs=0.03) and share[1] == pytest.approx(0.187, abs=0.025)
+    assert share[0] > share[1] > share[3] > share[7] > 0
+    # reproducible: another Workload of the same seed sends the same prompts (any arm, any run)
+    again = Workload(input_len=600, seed=9, shared_prefix_len=400, prefix_groups=8, zipf=1.2)
+    assert [again.prompt(i).input_ids for i in (0, 7, 1999)] == [prompts[i].input_ids for i in (0, 7, 1999)]
+    assert Workload(input_len=600, seed=10, shared_prefix_len=400, prefix_groups=8).prefix_ids(0) != w.prefix_ids(0)
+    uniform = Counter(Workload(input_len=600, seed=9, shared_prefix_len=400, prefix_groups=4, zipf=0).group(i)
+                      for i in range(4000))
+    assert all(abs(uniform[g] / 4000 - 0.25) < 0.03 for g in range(4))
+
+
+def test_shared_prefix_bounds_are_usage_errors():
+    with pytest.raises(UsageError, match="--shared-prefix-len: expected fewer tokens than --input-len 100"):
+        Workload(input_len=100, shared_prefix_len=100)
+    with pytest.raises(UsageError, match="--shared-prefix-len: shared prefixes are built as input_ids"):
+        Workload(input_len=100, shared_prefix_len=10, tokenizer="/nonexistent")
+
+
+def test_turns_resend_the_history_with_the_servers_reply():
+    w = Workload(input_len=300, seed=3, shared_prefix_len=200, prefix_groups=2, turns=3)
+    conv = w.conversation(5)
+    first = conv.next_prompt().input_ids
+    assert first == w.prompt(5).input_ids and len(first) == 300
+    reply = list(range(5000, 5040))                   # what the server answered: 40 tokens
+    conv.reply(True, output_ids=reply, tokens=40)
+    second = conv.next_prompt().input_ids
+    assert second[:340] == first + reply and len(second) == 300 + 40 + 100   # history + a new 100-id message
+    conv.reply(True, output_ids=None, tokens=40)      # no output_ids in the answer: seeded stand-ins
+    third = conv.next_prompt().input_ids
+    assert third[:440] == second and len(third) == 440 + 40 + 100
+    assert conv.next_prompt() is None and conv.done   # three turns, then the conversation is over
+    # the same conversation on another arm sends the same messages around its own replies
+    other = Workload(input_len=300, seed=3, shared_prefix_len=200, prefix_groups=2, turns=3).conversation(5)
+    assert other.next_prompt().input_ids == first
+    other.reply(True, output_ids=list(range(7000, 7040)), tokens=40)
+    assert other.next_prompt().input_ids[340:] == second[340:]
+    # a failed turn ends its conversation (the history is not what a user would resend)
+    failed = w.conversation(6)
+    failed.next_prompt()
+    failed.reply(False)
+    assert failed.done and failed.next_prompt() is None
+
+
+def test_dataset_conversations_stay_conversations(tmp_path):
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps([
+        {"conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": "q1"},
+                           {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"},
+                           {"from": "gpt", "value": "a2"}, {"from": "human", "value": "q3"}]},
+    ]))
+    ds = load_dataset(str(f))
+    assert ds.prompts == ["q1"]                                    # single-turn runs: as before
+    assert ds.conversations[0].users == ["q1", "q2", "q3"] and ds.conversations[0].replies == ["a1", "a2", None]
+    w = Workload(dataset=str(f), turns=5)
+    conv = w.conversation(0)
+    assert conv.turns == 3                                         # the record has three user turns
+    assert conv.next_prompt().text == "q1"
+    conv.reply(True, text=" the server's own answer")
+    assert conv.next_prompt().text == "q1 the server's own answer\n\nq2"
+    conv.reply(True, text=None)                                    # no text came back: the recorded reply
+    assert conv.next_prompt().text == "q1 the server's own answer\n\nq2a2\n\nq3"
+    assert conv.next_prompt() is None
+    speed = tmp_path / "speed.jsonl"
+    speed.write_text(json.dumps({"category": "mixed", "turns": ["t1", "t2"]}) + "\n")
+    assert load_dataset(str(speed)).conversations[0].users == ["t1", "t2"]
+
+
+def test_workload_from_plan_carries_the_shape():
+    from specmon.plan import RampPlan
+
+    plan = RampPlan(levels=[2], input_len=512, shared_prefix_len=256, prefix_groups=4, zipf=0.5, turns=2)
+    w = Workload.from_plan(plan)
+    assert (w.shared_prefix_len, w.prefix_groups, w.zipf, w.turns) == (256, 4, 0.5, 2)
+    assert w.describe() == {"kind": "input_ids", "input_len": 512, "seed": 42, "shared_prefix_len": 256,
+                            "prefix_groups": 4, "zipf": 0.5, "turns": 2}

@@ -16,7 +16,22 @@ Dataset formats (README "Workload files"):
   first human turn is the prompt; JSONL with one such object per line is read too);
 - SPEED-Bench JSONL: `{"category": "low_entropy", "turns": ["...", ...]}` (first turn).
 A bad line is counted and skipped with a warning naming file and line; a file with no usable
-line is a UsageError (exit 2).
+line is a UsageError (exit 2). Each record is kept as a conversation too (its user turns in
+order, and for ShareGPT the recorded replies), for multi-turn runs.
+
+Shared prefixes (`shared_prefix_len` L, `prefix_groups` G, `zipf` S): the first L of a prompt's
+`input_len` ids are the system prompt of its group, one of G seeded id runs; the group of
+conversation n is drawn (seeded, per n) with Zipf weights 1 / rank^S (S = 1 when not given; 0 is
+uniform), so the same prompt index has the same group on every arm and run. The rest of the
+prompt (input_len - L ids) is the prompt's own, as without sharing.
+
+Multi-turn conversations (`turns` T > 1, `Conversation`): turn 1 is prompt n as above; turn k
+resends the whole history, turn k-1's prompt plus the server's reply (its output_ids when the
+answer carries them, else seeded ids of the reply's length), then a new user message of
+input_len - L ids. With input_ids every turn's length is exact: input_len + (k-1) x (reply +
+input_len - L). Dataset conversations are text: the history is turn k-1's text, the reply text
+(the server's, else the recorded one) and "\n\n" before the next user turn; a conversation
+with fewer user turns than T ends with its last one.
 """
 
 from __future__ import annotations
@@ -25,9 +40,11 @@ import json
 import random
 import sys
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from specmon.errors import UsageError
 from specmon.plan import check_tokens
@@ -127,15 +144,29 @@ def exact_text(tokenizer, seed: int, index: int, n: int, id_limit: int = DEFAULT
 
 
 @dataclass
+class DatasetConversation:
+    """One record as a conversation: its user turns in order, and the reply recorded after each
+    (ShareGPT; None where the file has none)."""
+
+    users: list[str]
+    replies: list[Optional[str]]
+
+
+@dataclass
 class Dataset:
     path: str
-    prompts: list[str]
+    prompts: list[str]  # the first user turn of each record (a single-turn run sends these)
     skipped: list[str] = field(default_factory=list)  # "FILE:LINE: why" per skipped line
     categories: set[str] = field(default_factory=set)
+    conversations: list[DatasetConversation] = field(default_factory=list)  # aligned with prompts
 
 
-def _prompt_of(obj: Any, category: Optional[str]) -> Union[str, None, tuple[str, str]]:
-    """The prompt text of one record; ("skip", why) for a bad record; None when filtered out."""
+_USER_ROLES = ("human", "user")
+_REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bard", "model")
+
+
+def _conversation_of(obj: Any, category: Optional[str]) -> Union[DatasetConversation, None, tuple[str, str]]:
+    """One record as a conversation; ("skip", why) for a bad record; None when filtered out."""
     if not isinstance(obj, dict):
         return ("skip", "expected a JSON object")
     if "turns" in obj:
@@ -144,18 +175,28 @@ def _prompt_of(obj: Any, category: Optional[str]) -> Union[str, None, tuple[str,
             return ("skip", "'turns' must be a non-empty list of strings")
         if category is not None and obj.get("category") != category:
             return None
-        return turns[0]
+        users = [t for t in turns if isinstance(t, str) and t]  # a later odd turn is left out, not the record
+        return DatasetConversation(users, [None] * len(users))
     if "prompt" in obj:
         p = obj["prompt"]
         if not isinstance(p, str) or not p:
             return ("skip", "'prompt' must be a non-empty string")
-        return p
+        return DatasetConversation([p], [None])
     if "conversations" in obj:
         conv = obj["conversations"]
+        users: list[str] = []
+        replies: list[Optional[str]] = []
         if isinstance(conv, list):
             for turn in conv:
-                if isinstance(turn, dict) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str) and turn["value"]:
-                    return turn["value"]
+                if not isinstance(turn, dict) or not isinstance(turn.get("value"), str) or not turn["value"]:
+                    continue
+                if turn.get("from") in _USER_ROLES:
+                    users.append(turn["value"])
+                    replies.append(None)
+                elif turn.get("from") in _REPLY_ROLES and users and replies[-1] is None:
+                    replies[-1] = turn["value"]
+        if users:
+            return DatasetConversation(users, replies)
         return ("skip", "'conversations' has no human turn with a 'value'")
     return ("skip", "expected a 'prompt', 'turns' or 'conversations' key")
 
@@ -206,13 +247,14 @@ def load_dataset(path: str, category: Optional[str] = None) -> Dataset:
             has_turns = True
             if isinstance(obj.get("category"), str):
                 ds.categories.add(obj["category"])
-        got = _prompt_of(obj, category)
+        got = _conversation_of(obj, category)
         if got is None:
             continue
         if isinstance(got, tuple):
             ds.skipped.append(f"{path}:{where} {lineno}: {got[1]}" if whole is not None else f"{path}:{lineno}: {got[1]}")
             continue
-        ds.prompts.append(got)
+        ds.prompts.append(got.users[0])
+        ds.conversations.append(got)
     if category is not None and not has_turns:
         raise UsageError(f"--category {category}: {path} has no SPEED-Bench rows (objects with 'category' and 'turns')")
     if not ds.prompts:
@@ -232,22 +274,47 @@ class Workload:
 
     def __init__(self, *, input_len: int = 1024, seed: int = 42, tokenizer: Optional[str] = None,
                  dataset: Optional[str] = None, category: Optional[str] = None,
-                 id_limit: int = DEFAULT_ID_LIMIT, cache_bytes: int = PROMPT_CACHE_BYTES):
+                 id_limit: int = DEFAULT_ID_LIMIT, cache_bytes: int = PROMPT_CACHE_BYTES,
+                 shared_prefix_len: Optional[int] = None, prefix_groups: int = 1, zipf: Optional[float] = None,
+                 turns: int = 1):
         try:
             check_tokens(input_len)  # the plan's bound: a prompt is built as a list of input_len ids
         except ValueError as e:
             raise UsageError(f"--input-len: {e}") from None
         if category is not None and dataset is None:
             raise UsageError("--category: needs --dataset FILE (a SPEED-Bench JSONL)")
+        if shared_prefix_len is not None:
+            # The plan checks these with the flags' words; a Workload built by hand gets them too.
+            if dataset is not None or tokenizer is not None:
+                raise UsageError("--shared-prefix-len: shared prefixes are built as input_ids "
+                                 "(not with --dataset or --tokenizer)")
+            if not 1 <= shared_prefix_len < input_len:
+                raise UsageError(f"--shared-prefix-len: expected fewer tokens than --input-len {input_len}, "
+                                 f"got {shared_prefix_len}")
         self.input_len = input_len
         self.seed = seed
         self.id_limit = id_limit
+        self.shared_prefix_len = shared_prefix_len
+        self.prefix_groups = prefix_groups if shared_prefix_len is not None else 1
+        self.zipf = (1.0 if zipf is None else zipf) if shared_prefix_len is not None else None
+        self.turns = turns
+        # Cumulative Zipf weights of the groups (rank 1 the most popular).
+        self._group_cdf = list(accumulate(1.0 / (k ** self.zipf) for k in range(1, self.prefix_groups + 1))) \
+            if shared_prefix_len is not None else []
         self.dataset = load_dataset(dataset, category) if dataset else None
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
-        # Prompt index -> its ids (int32 array) or its text; `cached_bytes` of `cache_bytes` used.
-        self._cache: dict[int, Union[array, str]] = {}
+        # Prompt index (or ("prefix", group)) -> its ids (int32 array) or its text; `cached_bytes`
+        # of `cache_bytes` used.
+        self._cache: dict[Any, Union[array, str]] = {}
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
+
+    @classmethod
+    def from_plan(cls, plan: Any) -> "Workload":
+        """The workload a RampPlan describes (its prompt fields)."""
+        return cls(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer, dataset=plan.dataset,
+                   category=plan.category, shared_prefix_len=plan.shared_prefix_len,
+                   prefix_groups=plan.prefix_groups, zipf=plan.zipf, turns=plan.turns)
 
     @property
     def skipped(self) -> list[str]:
@@ -255,16 +322,44 @@ class Workload:
 
     def describe(self) -> dict[str, Any]:
         if self.dataset:
-            return {"kind": "dataset", "path": self.dataset.path, "prompts": len(self.dataset.prompts),
-                    "skipped_lines": len(self.dataset.skipped), "seed": self.seed}
-        return {"kind": "text" if self.tokenizer else "input_ids", "input_len": self.input_len, "seed": self.seed}
+            out = {"kind": "dataset", "path": self.dataset.path, "prompts": len(self.dataset.prompts),
+                   "skipped_lines": len(self.dataset.skipped), "seed": self.seed}
+        else:
+            out = {"kind": "text" if self.tokenizer else "input_ids", "input_len": self.input_len, "seed": self.seed}
+        if self.shared_prefix_len is not None:
+            out.update(shared_prefix_len=self.shared_prefix_len, prefix_groups=self.prefix_groups, zipf=self.zipf)
+        if self.turns > 1:
+            out["turns"] = self.turns
+        return out
 
+    # ---- shared prefixes ------------------------------------------------------------------------
+    def group(self, index: int) -> Optional[int]:
+        """The shared-prefix group of prompt (conversation) `index`: seeded, Zipf-weighted; None
+        without shared prefixes."""
+        if not self._group_cdf:
+            return None
+        u = random.Random(f"specmon-group/{self.seed}/{index}").random() * self._group_cdf[-1]
+        return min(bisect_right(self._group_cdf, u), self.prefix_groups - 1)
+
+    def prefix_ids(self, group: int) -> list[int]:
+        """The system prompt of `group`: shared_prefix_len seeded ids (the same on every arm)."""
+        return self._kept_ids(("prefix", group), lambda: random.Random(f"specmon-prefix/{self.seed}/{group}")
+                              .choices(range(1, self.id_limit), k=self.shared_prefix_len))
+
+    @property
+    def own_len(self) -> int:
+        """Ids of a prompt that are its own: input_len less the shared prefix (a user message)."""
+        return self.input_len - (self.shared_prefix_len or 0)
+
+    # ---- prompts --------------------------------------------------------------------------------
     def prompt(self, index: int) -> Prompt:
         if self.dataset:
             # Seeded shuffle order over the dataset, cycling when the ramp needs more prompts
             # (the dataset holds the texts: nothing to cache).
-            order = self._order()
-            return Prompt(text=self.dataset.prompts[order[index % len(order)]])
+            return Prompt(text=self.dataset.prompts[self._record(index)])
+        if self.shared_prefix_len is not None:
+            own = self._kept_ids(index, lambda: random_ids(self.seed, index, self.own_len, self.id_limit))
+            return Prompt(input_ids=self.prefix_ids(self.group(index)) + own)
         kept = self._cache.get(index)
         if kept is not None:
             return Prompt(text=kept) if isinstance(kept, str) else Prompt(input_ids=kept.tolist())
@@ -274,11 +369,30 @@ class Workload:
         else:
             ids = random_ids(self.seed, index, self.input_len, self.id_limit)
             p, keep = Prompt(input_ids=ids), array("i", ids)
+        self._keep(index, keep)
+        return p
+
+    def conversation(self, index: int) -> "Conversation":
+        """Conversation number `index` (its first turn is prompt `index`), for `turns` turns."""
+        return Conversation(self, index)
+
+    def _kept_ids(self, key: Any, make) -> list[int]:
+        kept = self._cache.get(key)
+        if kept is not None:
+            return kept.tolist()
+        ids = make()
+        self._keep(key, array("i", ids))
+        return ids
+
+    def _keep(self, key: Any, keep: Union[array, str]) -> None:
         size = sys.getsizeof(keep)
         if self.cached_bytes + size <= self.cache_bytes:
-            self._cache[index] = keep
+            self._cache[key] = keep
             self.cached_bytes += size
-        return p
+
+    def _record(self, index: int) -> int:
+        order = self._order()
+        return order[index % len(order)]
 
     def _order(self) -> list[int]:
         if not hasattr(self, "_order_cache"):
@@ -286,3 +400,85 @@ class Workload:
             random.Random(self.seed).shuffle(idx)
             self._order_cache = idx
         return self._order_cache
+
+
+TURN_SEPARATOR = "\n\n"  # between a reply and the next user turn, in text conversations
+
+
+class Conversation:
+    """One multi-turn conversation of a Workload: `next_prompt()` for each turn, `reply(...)` with
+    what the server answered in between. Held by one stream; the history is the stream's own."""
+
+    def __init__(self, workload: Workload, index: int):
+        self.workload = workload
+        self.index = index
+        self.group = workload.group(index)
+        self.sent = 0  # turns sent so far
+        self._record: Optional[DatasetConversation] = None
+        if workload.dataset is not None:
+            self._record = workload.dataset.conversations[workload._record(index)]
+            self.turns = min(workload.turns, len(self._record.users))
+        else:
+            self.turns = workload.turns
+        self._ids: Optional[list[int]] = None  # the last prompt sent and its reply, as ids
+        self._text: Optional[str] = None
+        self._ended = False
+
+    @property
+    def done(self) -> bool:
+        return self._ended or self.sent >= self.turns
+
+    def next_prompt(self) -> Optional[Prompt]:
+        """The next turn's prompt (the history and a new user message); None when done."""
+        if self.done:
+            return None
+        w, k = self.workload, self.sent
+        if k == 0:
+            p = w.prompt(self.index)
+        elif self._record is not None:
+            p = Prompt(text=self._text + TURN_SEPARATOR + self._record.users[k])
+        elif w.tokenizer is not None:
+            message = exact_text(w.tokenizer, w.seed, _turn_key(self.index, k), w.own_len, w.id_limit)
+            p = Prompt(text=self._text + TURN_SEPARATOR + message)
+        else:
+            message = random.Random(f"specmon-turn/{w.seed}/{self.index}/{k}").choices(range(1, w.id_limit),
+                                                                                      k=w.own_len)
+            p = Prompt(input_ids=self._ids + message)
+        self.sent += 1
+        if p.input_ids is not None:
+            self._ids, self._text = list(p.input_ids), None
+        else:
+            self._ids, self._text = None, p.text
+        return p
+
+    def reply(self, ok: bool, output_ids: Optional[Sequence[int]] = None, text: Optional[str] = None,
+              tokens: Optional[int] = None) -> None:
+        """What the server answered to the last turn. A failed turn ends the conversation (its
+        history is not what a user would resend); so does a reply of unknown length."""
+        if self.done:
+            return
+        if not ok:
+            self._ended = True
+            return
+        w, k = self.workload, self.sent
+        if self._ids is not None:
+            if output_ids is not None and (tokens is None or len(output_ids) == tokens):
+                ids = [int(t) for t in output_ids]
+            elif tokens:
+                ids = random.Random(f"specmon-reply/{w.seed}/{self.index}/{k}").choices(range(1, w.id_limit), k=tokens)
+            else:
+                self._ended = True
+                return
+            self._ids = self._ids + ids
+        else:
+            said = text if text is not None else (self._record.replies[k - 1] if self._record is not None else None)
+            if said is None:
+                self._ended = True
+                return
+            self._text = self._text + said
+
+
+def _turn_key(index: int, turn: int) -> int:
+    """A prompt index for turn `turn` of conversation `index` (text prompts), apart from every
+    first-turn index a run reaches."""
+    return -(index * 1_000 + turn)

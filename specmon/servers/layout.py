@@ -32,10 +32,13 @@ Schema (every key optional unless marked):
           command: [str, ...]       # per-arm replacement of the server command
           startup_timeout_s: float
     ramp:                           # absent: watch only; validated as specmon.plan.RampPlan
-      levels: [int, ...]            # required in a ramp
+      levels: [int, ...]            # closed-loop levels; or rates: [float, ...] (open loop, req/s)
       input_len, output_len, seed, dataset, category, tokenizer,
       level_duration_s | requests_per_level, settle_s, restart_between_levels, flush_cache, timeout_s,
       slo_ttft_s, slo_tpot_s        # optional SLOs (seconds): SLO attainment and goodput knees
+      shared_prefix_len, prefix_groups, zipf, turns, think_time_s   # the workload's shape
+      arrival, burstiness, max_concurrency                          # with rates
+      search, attainment, max_level                                 # the SLO search (with an SLO)
                                     # (the bounds of each key are in specmon/plan.py)
     panes: [str, ...]               # which panes show (specmon/panes.py), default all
 """
@@ -55,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specmon.errors import UsageError
 from specmon.model import ArmSpec
 from specmon.panes import PANES
-from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, RampPlan, error_text
+from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, RampPlan, error_text, place_error
 from specmon.urls import normalize_url
 
 SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
@@ -436,6 +439,9 @@ def _first_error(e: ValidationError) -> str:
         allowed = _allowed_keys(loc[:-1])
         hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
         return f"{where}: unknown key{hint}"
+    if loc and loc[0] == "ramp":  # a rule of the whole plan names its key
+        loc, text = place_error(loc, error_text(err))
+        return f"{_where(loc)}: {text}"
     return f"{where}: {error_text(err)}"
 
 
