@@ -377,7 +377,7 @@ def test_many_workers_from_one_sim_process_behind_the_gateway(model_dir, tmp_pat
             async def run():
                 stop = asyncio.Event()
                 task = asyncio.create_task(live.run(events.append, stop))
-                await asyncio.sleep(6.0)
+                await asyncio.sleep(10.0)
                 stop.set()
                 await asyncio.wait_for(task, 30)
 
@@ -389,9 +389,11 @@ def test_many_workers_from_one_sim_process_behind_the_gateway(model_dir, tmp_pat
     assert len(last.samples) == n and all(s.up for s in last.samples)
     assert last.fleets[0].total == n and last.fleets[0].healthy == n
     assert len({s.worker for s in last.samples}) == n
-    # one poll of 12 workers and 12 direct scrapes a second: well under a core on this machine
-    print(f"{n} workers: {len(ticks)} ticks, specmon CPU {cpu:.2f} s over 6 s")
-    assert cpu < 6.0
+    # after the first reading of every worker (/server_info x 12) the ticks come about every second
+    gaps = [b.ts - a.ts for a, b in zip(ticks, ticks[1:])]
+    print(f"{n} workers: {len(ticks)} ticks in 10 s, gaps {[round(g, 2) for g in gaps]}, specmon CPU {cpu:.2f} s")
+    assert len(ticks) >= 5 and sorted(gaps)[len(gaps) // 2] < 2.0  # 2 cores shared with 12 sims and the gateway
+    assert cpu < 10.0  # one poll of 12 workers and 12 direct scrapes a second: under a core
 
 
 def _port_free(port: int) -> bool:
