@@ -312,6 +312,8 @@ class RequestRecord:
     timing: str = "client"
     status: str = "ok"  # ok | error | timeout | cancelled
     error: Optional[str] = None
+    cached_tokens: Optional[int] = None  # prompt tokens the server's prefix cache held (meta_info)
+    turn: Optional[int] = None  # multi-turn runs: the turn of its conversation (1 = the first)
 
 
 REQUEST_COLUMNS = [
@@ -319,7 +321,7 @@ REQUEST_COLUMNS = [
     "prompt_tokens", "output_tokens", "itl_mean_s", "itl_p99_s", "spec_verify_ct", "status", "error",
     # additions
     "t_scheduled", "first_byte_s", "tpot_s", "accept_length", "queue_time_s", "chunks", "in_window",
-    "timing", "t_end",
+    "timing", "t_end", "cached_tokens", "turn",
 ]
 
 
@@ -370,6 +372,37 @@ class LevelResult:
     slo_n: Optional[int] = None  # in-window requests judged against the SLOs (ok + failed)
     slo_met: Optional[int] = None  # of them, ok with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s
     slo_attainment: Optional[float] = None  # slo_met / slo_n
+    # Open-loop levels (--rates): the request rate offered and the rate of completions in the
+    # window, per second of the arm's time; offered_rate None: a closed-loop (concurrency) level.
+    offered_rate: Optional[float] = None
+    achieved_rate: Optional[float] = None
+    # The prefix cache over the level: cached prompt tokens / prompt tokens (analysis/levels.py
+    # says from which of SGLang's figures), and the cached tokens behind it.
+    cache_hit_rate: Optional[float] = None
+    cached_tokens: Optional[int] = None
+    accept_length_source: Optional[str] = None  # "requests" (meta_info) | "server" (the gauge)
+
+    @property
+    def offered(self) -> float:
+        """What the level offered: its request rate (open loop) or its concurrency."""
+        return self.offered_rate if self.offered_rate is not None else self.offered_concurrency
+
+    @property
+    def label(self) -> str:
+        """'C=4' for a concurrency level, 'r=4/s' for a rate level."""
+        return offered_label(self.offered_concurrency, self.offered_rate)
+
+
+def offered_label(concurrency: Optional[float], rate: Optional[float] = None) -> str:
+    """A level's offer in a few characters: 'r=2.5/s' when it offered a rate, else 'C=8'."""
+    if rate is not None:
+        return f"r={rate:g}/s"
+    return f"C={'?' if concurrency is None else f'{concurrency:g}'}"
+
+
+def offered_key(x: float) -> str:
+    """A level's offered value as a mapping key (knees, SLO levels): '8', '2.5'."""
+    return f"{x:g}"
 
 
 LEVEL_COLUMNS = [
@@ -381,6 +414,7 @@ LEVEL_COLUMNS = [
     "littles_law_ratio", "valid", "invalid_reason",
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
     "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed", "note",
+    "offered_rate", "achieved_rate", "cache_hit_rate", "cached_tokens", "accept_length_source",
 ]
 
 
@@ -429,6 +463,25 @@ class SloSummary:
 
 
 @dataclass
+class SearchSummary:
+    """The SLO search (analysis/search.py) for one arm: the highest level whose attainment's
+    Wilson lower 95% bound met the target, between `lo` (the highest that met it) and `hi` (the
+    lowest that did not); `answer` is lo, None when even the first level missed it."""
+
+    unit: str  # "concurrency" | "rate"
+    target: float  # the attainment the lower bound must reach
+    start: float
+    max_level: float
+    tried: dict[str, bool] = field(default_factory=dict)  # offered value -> met, in the order run
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    answer: Optional[float] = None
+    done: bool = False
+    levels_used: int = 0
+    reason: str = ""  # why it stopped, in words
+
+
+@dataclass
 class KneesSummary:
     """Every knee definition's value for one arm over its finished levels (analysis.knee)."""
 
@@ -453,6 +506,7 @@ class KneesSummary:
     predicted: Optional[PredictedKnee] = None
     invalid_levels: list[int] = field(default_factory=list)
     slo: Optional[SloSummary] = None  # None: the ramp had no SLOs
+    search: Optional[SearchSummary] = None  # the SLO search, when the ramp was one
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,9 +554,10 @@ class LogLine(Event):
 @dataclass
 class LevelStarted(Event):
     level: int
-    offered_concurrency: int
+    offered_concurrency: int  # a rate level: its max_concurrency cap (0: none)
     planned_s: Optional[float]
-    levels_total: int
+    levels_total: int  # 0: not known in advance (an SLO search)
+    offered_rate: Optional[float] = None  # requests per second per arm (open loop); None: concurrency
 
 
 @dataclass
@@ -512,6 +567,7 @@ class LevelProgress(Event):
     planned_s: Optional[float]
     done_requests: dict[str, int]  # per arm
     eta_s: Optional[float] = None  # whole ramp, in wall seconds (elapsed_s/planned_s are the arms' seconds)
+    in_flight: dict[str, int] = field(default_factory=dict)  # rate levels: per arm, arrived and not finished
 
 
 @dataclass

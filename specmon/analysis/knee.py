@@ -62,7 +62,9 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from specmon.analysis.stats import t_upper_95, wilson_lower
-from specmon.model import KneesSummary, LevelResult, Sample, PowerKneeSummary, PredictedKnee, SloSummary
+from specmon.model import (
+    KneesSummary, LevelResult, PowerKneeSummary, PredictedKnee, Sample, SloSummary, offered_key, offered_label,
+)
 
 PLATEAU_THETA = 0.15
 QUEUED_SHARE_MIN = 0.8
@@ -85,7 +87,7 @@ def knee_level(levels: Sequence[LevelResult], k: "KneeResult") -> Optional[int]:
     confirming one whose offered concurrency is the knee's."""
     if k.concurrency is None or k.confirmed_at is None:
         return None
-    at = [x.level for x in levels if x.offered_concurrency == k.concurrency and x.level < k.confirmed_at]
+    at = [x.level for x in levels if x.offered == k.concurrency and x.level < k.confirmed_at]
     return at[-1] if at else None
 
 
@@ -115,11 +117,11 @@ def marginal_efficiency_bounds(levels: Sequence[LevelResult]) -> list[tuple[Opti
     lv = _valid(levels)
     if not lv or not lv[0].output_tok_s:
         return [(None, None)] * len(lv)
-    x0, c0 = lv[0].output_tok_s, lv[0].offered_concurrency
+    x0, c0 = lv[0].output_tok_s, lv[0].offered
     out: list[tuple[Optional[float], Optional[float]]] = [(None, None)]
     for k in range(1, len(lv)):
         prev, cur = lv[k - 1], lv[k]
-        dc = cur.offered_concurrency - prev.offered_concurrency
+        dc = cur.offered - prev.offered
         if dc <= 0:
             out.append((None, None))
             continue
@@ -141,9 +143,9 @@ def marginal_efficiency_bounds(levels: Sequence[LevelResult]) -> list[tuple[Opti
 def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) -> KneeResult:
     lv = _valid(levels)
     bounds = marginal_efficiency_bounds(lv)
-    point_at = [x.offered_concurrency for x, (e, u) in zip(lv, bounds) if e is not None and u is None]
-    values = {"eta": {str(x.offered_concurrency): _r(e) for x, (e, _) in zip(lv, bounds)},
-              "eta_upper95": {str(x.offered_concurrency): _r(u) for x, (_, u) in zip(lv, bounds)},
+    point_at = [x.offered for x, (e, u) in zip(lv, bounds) if e is not None and u is None]
+    values = {"eta": {offered_key(x.offered): _r(e) for x, (e, _) in zip(lv, bounds)},
+              "eta_upper95": {offered_key(x.offered): _r(u) for x, (_, u) in zip(lv, bounds)},
               "theta": theta, "c_90": c_90(lv), "point_estimate_at": point_at}
 
     for k in range(1, len(lv) - 1):
@@ -151,7 +153,7 @@ def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) ->
         if a is not None and b is not None and a < theta and b < theta:
             knee = lv[k - 1]
             se = f" +- {knee.output_tok_s_se:.0f}" if knee.output_tok_s_se is not None else ""
-            detail = (f"throughput plateau at C={knee.offered_concurrency}: {knee.output_tok_s:.0f}{se} tok/s; "
+            detail = (f"throughput plateau at {knee.label}: {knee.output_tok_s:.0f}{se} tok/s; "
                       f"each stream added past it gave {_eta_words(bounds[k])} then {_eta_words(bounds[k + 1])} "
                       f"of a first-level stream (threshold {theta:.0%})")
             if ua is None or ub is None:
@@ -161,7 +163,7 @@ def plateau_knee(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA) ->
                 values["resolved"] = ua < theta and ub < theta
                 if not values["resolved"]:
                     detail += "; within the noise at 95% (longer levels or wider steps would settle it)"
-            return KneeResult("plateau", knee.offered_concurrency, lv[k + 1].level, detail, values)
+            return KneeResult("plateau", knee.offered, lv[k + 1].level, detail, values)
     widths = sorted(u - e for e, u in bounds if e is not None and u is not None)
     half = widths[len(widths) // 2] if widths else None
     values["eta_halfwidth_median"] = _r(half)
@@ -191,7 +193,7 @@ def queues(level: LevelResult, share_min: float = QUEUED_SHARE_MIN) -> bool:
 def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE_MIN) -> KneeResult:
     lv = [x for x in levels if x.valid]
     flags = [queues(x, share_min) for x in lv]
-    values = {"queueing_levels": [x.offered_concurrency for x, f in zip(lv, flags) if f]}
+    values = {"queueing_levels": [x.offered for x, f in zip(lv, flags) if f]}
     for k in range(len(lv) - 1):
         if flags[k] and flags[k + 1]:
             x = lv[k]
@@ -203,11 +205,11 @@ def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE
             share = queue_share(x)
             if share is not None and share > QUEUE_TTFT_SHARE:
                 why.append(f"{share:.0%} of its TTFT was server queue time")
-            detail = f"queueing from C={x.offered_concurrency}: " + "; ".join(why)
+            detail = f"queueing from {x.label}: " + "; ".join(why)
             note = queueing_ttft(lv[k + 1])
             if note:
-                detail += f"; at C={lv[k + 1].offered_concurrency} {note[1]}"
-            return KneeResult("queueing", x.offered_concurrency, lv[k + 1].level, detail, values)
+                detail += f"; at {lv[k + 1].label} {note[1]}"
+            return KneeResult("queueing", x.offered, lv[k + 1].level, detail, values)
     return KneeResult("queueing", None, None, "no queueing yet", values)
 
 
@@ -244,7 +246,7 @@ def c_90(levels: Sequence[LevelResult]) -> Optional[int]:
     best = max(x.output_tok_s for x in lv)
     for x in lv:
         if x.output_tok_s >= 0.9 * best:
-            return x.offered_concurrency
+            return x.offered
     return None
 
 
@@ -266,7 +268,7 @@ def _peak(pts: Sequence[tuple[int, float]]) -> tuple[int, float, bool]:
 def power_knee(levels: Sequence[LevelResult]) -> PowerKnee:
     """Kleinrock power X_k / TTFT_p50_k: argmax over valid levels, confirmed when it falls at the
     two levels after the maximum."""
-    pts = [(lv.offered_concurrency, lv.output_tok_s / lv.ttft_p50_s) for lv in levels
+    pts = [(lv.offered, lv.output_tok_s / lv.ttft_p50_s) for lv in levels
            if lv.valid and lv.output_tok_s is not None and lv.ttft_p50_s]
     if not pts:
         return PowerKnee(None, None, False)
@@ -294,13 +296,13 @@ def slo_knee(levels: Sequence[LevelResult], min_attainment: float = SLO_ATTAINME
         a = x.slo_met / x.slo_n
         lo = wilson_lower(x.slo_met, x.slo_n)
         g = x.output_tok_s * a if x.output_tok_s is not None else None
-        per[str(x.offered_concurrency)] = {"n": x.slo_n, "met": x.slo_met, "attainment": round(a, 4),
+        per[offered_key(x.offered)] = {"n": x.slo_n, "met": x.slo_met, "attainment": round(a, 4),
                                            "lower95": None if lo is None else round(lo, 4),
                                            "goodput_tok_s": None if g is None else round(g, 2)}
         if lo is not None and lo >= min_attainment:
-            c_slo = x.offered_concurrency if c_slo is None else max(c_slo, x.offered_concurrency)
+            c_slo = x.offered if c_slo is None else max(c_slo, x.offered)
         if g is not None:
-            pts.append((x.offered_concurrency, g))
+            pts.append((x.offered, g))
     if not pts:
         return SloKnee(c_slo, None, None, False, per)
     return SloKnee(c_slo, *_peak(pts), per)
@@ -313,14 +315,19 @@ def slo_condition(slo_ttft_s: Optional[float], slo_tpot_s: Optional[float]) -> s
 
 
 def slo_sentence(condition: str, c_slo: Optional[float], c_goodput: Optional[float], goodput_confirmed: bool,
-                 goodput_tok_s: Optional[float] = None, min_attainment: float = SLO_ATTAINMENT) -> str:
+                 goodput_tok_s: Optional[float] = None, min_attainment: float = SLO_ATTAINMENT,
+                 rates: bool = False) -> str:
     """The SLO and goodput knees in words, for the headless summary and the report:
-    'SLO (TTFT<=2 s) met up to C=10, goodput peak C=14 (6,200 good tok/s) (not confirmed)'."""
+    'SLO (TTFT<=2 s) met up to C=10, goodput peak C=14 (6,200 good tok/s) (not confirmed)'
+    (rate levels: 'met up to r=4/s')."""
+    def at(x: float) -> str:
+        return offered_label(None, x) if rates else offered_label(x)
+
     words = f"SLO ({condition}) " + (
-        f"met up to C={c_slo:g}" if c_slo is not None
+        f"met up to {at(c_slo)}" if c_slo is not None
         else f"not met at any level (lower 95% bound of attainment < {min_attainment:.0%})")
     if c_goodput is not None:
-        words += f", goodput peak C={c_goodput:g}"
+        words += f", goodput peak {at(c_goodput)}"
         if goodput_tok_s is not None:
             words += f" ({goodput_tok_s:,.0f} good tok/s)"
         if not goodput_confirmed:
@@ -334,12 +341,13 @@ def _limit(v: float) -> str:
 
 def ttft_dispersion_levels(levels: Sequence[LevelResult], ratio: float = TTFT_DISPERSION) -> list[int]:
     """Valid levels whose TTFT p99 / p50 > ratio (the operators' 'p99 diverges from p50')."""
-    return [x.offered_concurrency for x in levels
+    return [x.offered for x in levels
             if x.valid and x.ttft_p50_s and x.ttft_p99_s is not None and x.ttft_p99_s / x.ttft_p50_s > ratio]
 
 
 def knees_summary(levels: Sequence[LevelResult], predicted: Optional[PredictedKnee] = None,
-                  slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> KneesSummary:
+                  slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None,
+                  min_attainment: float = SLO_ATTAINMENT) -> KneesSummary:
     """Every definition's value for one arm over its finished levels (session.json knees={arm: ...}).
     `predicted` is the arm's predicted knee as the live session called it (analysis/predict.py)."""
     p, q = plateau_knee(levels), queueing_knee(levels)
@@ -351,17 +359,17 @@ def knees_summary(levels: Sequence[LevelResult], predicted: Optional[PredictedKn
         c_90=p.values.get("c_90"), eta=p.values.get("eta"), eta_upper95=p.values.get("eta_upper95"),
         plateau_theta=p.values.get("theta"), plateau_point_estimate_at=p.values.get("point_estimate_at"),
         eta_halfwidth_median=p.values.get("eta_halfwidth_median"),
-        output_tok_s_se={str(x.offered_concurrency): _r(x.output_tok_s_se) for x in levels if x.valid},
+        output_tok_s_se={offered_key(x.offered): _r(x.output_tok_s_se) for x in levels if x.valid},
         queueing_levels=q.values.get("queueing_levels"),
-        queue_share_of_ttft={str(x.offered_concurrency): _r3(queue_share(x)) for x in levels if x.valid},
+        queue_share_of_ttft={offered_key(x.offered): _r3(queue_share(x)) for x in levels if x.valid},
         power=PowerKneeSummary(concurrency=pw.concurrency, power_tok_s_per_s_ttft=_r(pw.power), confirmed=pw.confirmed),
         ttft_dispersion_levels=ttft_dispersion_levels(levels),
         predicted=predicted,
-        invalid_levels=[x.offered_concurrency for x in levels if not x.valid],
+        invalid_levels=[x.offered for x in levels if not x.valid],
     )
     if slo_ttft_s is not None or slo_tpot_s is not None:
-        sk = slo_knee(levels)
-        out.slo = SloSummary(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, min_attainment=SLO_ATTAINMENT,
+        sk = slo_knee(levels, min_attainment)
+        out.slo = SloSummary(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, min_attainment=min_attainment,
                              c_slo=sk.c_slo if sk else None, c_goodput=sk.c_goodput if sk else None,
                              goodput_tok_s=_r(sk.goodput_tok_s) if sk else None,
                              goodput_confirmed=sk.goodput_confirmed if sk else False,

@@ -24,7 +24,20 @@ Definitions (every "unknown" is None, never 0):
   (N completions in W: counting them is off by up to one per stream at W's edges) on a level
   long enough to judge (>= 3 mean e2e), or no request succeeded.
 - accept_length = sum(output tokens) / sum(spec_verify_ct) over in-window requests (per-request
-  meta_info); the server gauge is a last-interval value, so it is only a fallback.
+  meta_info); the server gauge is a last-interval value (SGLang's last decode log window, not
+  this level's), so it is only a fallback. accept_length_source says which: "requests" |
+  "server".
+- Prefix cache: cache_hit_rate = sum(meta_info cached_tokens) / sum(prompt_tokens) over the
+  in-window ok requests that report both (cached_tokens = that sum): each request's own hit, as
+  SGLang counted it when it was scheduled. Without per-request figures, the server's counters
+  over the level (`server_cache`: the increase of sglang:cached_tokens_total and
+  prompt_tokens_total between the scrapes around the window, else realtime_tokens_total's
+  prefill_cache / (prefill_cache + prefill_compute); sources/derive.py cache_hit_share).
+- Open-loop levels (offered_rate given, requests per second of the arm's time): achieved_rate
+  = ok completions inside W / |W|; the closed-loop checks (C held in flight, Little's law) do
+  not apply, and "queued > 5 % of C" is judged against the requests the client held in flight.
+  Whether the backlog grew through the level is backlog_trend's call (the ramp cuts such a level
+  short and marks it over_saturation; never a steady state).
 - SLO attainment (D3, only when slo_ttft_s or slo_tpot_s is given): the in-window
   requests that were not cancelled are judged (slo_n); one meets the SLOs (slo_met) when it
   succeeded and its TTFT <= slo_ttft_s and its TPOT <= slo_tpot_s (a bound that is None is not
@@ -36,12 +49,13 @@ Definitions (every "unknown" is None, never 0):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
-from specmon.analysis.stats import mean, mean_se, percentile, rate_batches, ratio
+from specmon.analysis.stats import mean, mean_se, percentile, rate_batches, ratio, t_upper_95
 from specmon.model import LevelResult, Sample
-from specmon.sources.derive import histogram_quantile
+from specmon.sources.derive import cache_hit_share, histogram_quantile
 from specmon.sources.prom import Histogram
 
 QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (D2)
@@ -73,7 +87,9 @@ class TimedRequest(Protocol):
     t_sent_wall: Optional[float]
     t_end: Optional[float]
     token_events: list[tuple[float, int]]
+    t_scheduled_wall: float
     completion_tokens: Optional[int]
+    prompt_tokens: Optional[int]
     final_meta: Optional[dict[str, Any]]
     status: str
 
@@ -95,8 +111,9 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
                  window: Window, level_t0: float, level_t1: float, samples: Sequence[Sample],
                  scale: float = 1.0, max_running: Optional[int] = None,
                  queue_hist: Optional[Histogram] = None, slo_ttft_s: Optional[float] = None,
-                 slo_tpot_s: Optional[float] = None) -> LevelResult:
-    r = LevelResult(arm=arm, level=level, offered_concurrency=offered)
+                 slo_tpot_s: Optional[float] = None, offered_rate: Optional[float] = None,
+                 server_cache: Optional[dict[str, float]] = None) -> LevelResult:
+    r = LevelResult(arm=arm, level=level, offered_concurrency=offered, offered_rate=offered_rate)
     r.duration_s = (level_t1 - level_t0) * scale
     r.ok = sum(1 for o in outcomes if o.status == "ok")
     # Requests cancelled by a skip or a stop are neither ok nor failed: the server did nothing wrong.
@@ -159,6 +176,21 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
             out_sum += o.completion_tokens
             verify_sum += v
     r.accept_length = out_sum / verify_sum if verify_sum else None
+    r.accept_length_source = "requests" if r.accept_length is not None else None
+    cached_sum = prompt_sum = 0
+    reported = False
+    for o in ok_in:
+        c = (o.final_meta or {}).get("cached_tokens")
+        if isinstance(c, int) and not isinstance(c, bool) and c >= 0 and o.prompt_tokens:
+            reported = True
+            cached_sum += c
+            prompt_sum += o.prompt_tokens
+    if reported:
+        r.cached_tokens, r.cache_hit_rate = cached_sum, cached_sum / prompt_sum
+    elif server_cache:
+        r.cache_hit_rate = cache_hit_share(server_cache)
+        got = server_cache.get("cached", server_cache.get("prefill_cache"))
+        r.cached_tokens = None if got is None else int(got)
     qts = [(o.final_meta or {}).get("queue_time") for o in ok_in]
     qts = [float(q) for q in qts if isinstance(q, (int, float))]
     r.queue_time_p50_s = percentile(qts, 50)
@@ -170,8 +202,20 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     queued = [s.queued_reqs for s in up if s.queued_reqs is not None]
     r.running_mean = mean(running)
     r.queued_mean = mean(queued)
+    # Client in-flight, time-averaged over W (wall clock; a count needs no scaling).
+    client_inflight = None
+    if W > 0:
+        busy = 0.0
+        for o in outcomes:
+            if o.t_sent_wall is None or o.t_end is None:
+                continue
+            a, b = o.t_sent_wall, o.wall(o.t_end)
+            busy += max(0.0, min(b, window.t1) - max(a, window.t0))
+        client_inflight = busy / W
+    # "Queued > 5 % of C": of the C streams (closed loop), of what the client held (open loop).
+    c_ref = offered if offered_rate is None else (client_inflight or 0.0)
     if queued:
-        r.queued_share = sum(1 for q in queued if q > QUEUED_SHARE_DELTA * offered) / len(queued)
+        r.queued_share = sum(1 for q in queued if q > QUEUED_SHARE_DELTA * c_ref) / len(queued)
     capped = []
     for s in up:
         if s.running_reqs is None and s.kv_usage is None:
@@ -184,6 +228,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     r.kv_usage_max = max(kvs) if kvs else None
     if r.accept_length is None:
         r.accept_length = mean(s.accept_length for s in up if s.spec_enabled is not False)
+        r.accept_length_source = "server" if r.accept_length is not None else None
     # Queue time: per request from meta_info when the server measured it, else the server's
     # sglang:queue_time_seconds histogram over exactly this window (bucket deltas between the
     # scrapes that bracket it), else the mean of the samples' sliding windows (which straddle the
@@ -196,22 +241,12 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     if r.queue_time_mean_s is None:
         r.queue_time_mean_s = mean(s.queue_time_mean_s for s in up)
 
-    # Client in-flight, time-averaged over W (wall clock; a count needs no scaling).
-    client_inflight = None
-    if W > 0:
-        busy = 0.0
-        for o in outcomes:
-            if o.t_sent_wall is None or o.t_end is None:
-                continue
-            a, b = o.t_sent_wall, o.wall(o.t_end)
-            busy += max(0.0, min(b, window.t1) - max(a, window.t0))
-        client_inflight = busy / W
     r.achieved_concurrency = r.running_mean if r.running_mean is not None else client_inflight
 
     done_in = [o for o in outcomes if o.status == "ok" and o.t_end is not None and o.t_sent_wall is not None
                and window.t0 <= o.wall(o.t_end) < window.t1]
     e_wall = mean((o.t_end - o.t_sent) for o in done_in)
-    if W > 0 and done_in and e_wall:
+    if offered_rate is None and W > 0 and done_in and e_wall:
         r.littles_law_ratio = (len(done_in) / W) * e_wall / offered
     r.per_user_tok_s = ratio(r.output_tok_s, r.achieved_concurrency)
 
@@ -219,6 +254,12 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     reasons = []
     if r.ok == 0:
         reasons.append("no request succeeded")
+    if offered_rate is not None:
+        # Open loop: what arrived is the schedule's business, not the client's concurrency.
+        r.achieved_rate = len(done_in) / (W * scale) if W > 0 else None
+        if reasons:
+            r.valid, r.invalid_reason = False, "; ".join(reasons)
+        return r
     # Requests in prefill (and on the wire) are in neither gauge: SGLang counts the decode batch
     # as running and the waiting list as queued. By Little's law that stage holds
     # eps = C x (TTFT - queue time) / e2e requests, so the server should see about C - eps.
@@ -264,3 +305,64 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     if reasons:
         r.valid, r.invalid_reason = False, "; ".join(reasons)
     return r
+
+
+# --------------------------------------------------------------------------------------------
+# Open loop: does the backlog grow?
+
+SATURATION_BLOCKS = 6  # block means of the backlog over the span judged
+SATURATION_MIN_GROWTH = 3.0  # requests: a smaller rise is a wobble, whatever its slope
+SATURATION_REL_GROWTH = 0.5  # and it rose by at least half of where it started
+
+
+@dataclass
+class BacklogTrend:
+    """The backlog (requests arrived and not finished, waiting for a slot included) over a span."""
+
+    t0: float  # wall clock
+    t1: float
+    means: list[float]  # time-averaged backlog of each block, in order
+    slope: float  # requests per second of the arm's time (OLS over the block means)
+    t_stat: Optional[float]  # slope / its standard error; None when the fit is exact or too short
+    growing: bool
+    detail: str
+
+
+def backlog_trend(spans: Sequence[tuple[float, Optional[float]]], t0: float, t1: float, scale: float = 1.0,
+                  blocks: int = SATURATION_BLOCKS) -> Optional[BacklogTrend]:
+    """Whether the backlog grew through [t0, t1] (wall clock): `spans` are (arrival, end) wall
+    stamps per request, end None while it is unfinished. The span is cut into `blocks` equal
+    blocks; their time-averaged backlogs are fitted by least squares against the blocks' middles.
+    Growing (over-saturation: requests arrive faster than they finish) when the slope is positive
+    with t >= the one-sided 95 % Student quantile (blocks - 2 degrees of freedom; an exact fit
+    counts), and the backlog rose from the first block to the last by at least
+    max(SATURATION_MIN_GROWTH, SATURATION_REL_GROWTH x the first block's). None for an empty span."""
+    span = t1 - t0
+    if span <= 0 or blocks < 3:
+        return None
+    width = span / blocks
+    busy = [0.0] * blocks
+    for a, b in spans:
+        end = t1 if b is None else min(b, t1)
+        start = max(a, t0)
+        if end <= start:
+            continue
+        first, last = int((start - t0) // width), min(int((end - t0) // width), blocks - 1)
+        for j in range(first, last + 1):
+            lo, hi = t0 + j * width, t0 + (j + 1) * width
+            busy[j] += max(0.0, min(end, hi) - max(start, lo))
+    means = [x / width for x in busy]
+    xs = [(j + 0.5) * width * scale for j in range(blocks)]  # the arm's seconds
+    mx, my = sum(xs) / blocks, sum(means) / blocks
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, means)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, means)]
+    ssr = sum(e * e for e in resid)
+    t_stat = slope / math.sqrt(ssr / (blocks - 2) / sxx) if ssr > 1e-12 else None
+    significant = slope > 0 and (t_stat is None or t_stat >= t_upper_95(blocks - 2))
+    rise = means[-1] - means[0]
+    enough = rise >= max(SATURATION_MIN_GROWTH, SATURATION_REL_GROWTH * means[0])
+    growing = significant and enough
+    detail = (f"backlog {means[0]:.1f} -> {means[-1]:.1f} in flight over {span * scale:.1f} s "
+              f"({slope:+.2f}/s" + ("" if t_stat is None else f", t={t_stat:.1f}") + ")")
+    return BacklogTrend(t0, t1, means, slope, t_stat, growing, detail)

@@ -35,6 +35,7 @@ class ReportArm:
     predicted: Optional[PredictedKnee] = None  # as the live session called it
     slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
     slo_tpot_s: Optional[float] = None
+    attainment: float = 0.9  # the plan's SLO attainment target (ramp_plan attainment; 0.9 before it was one)
     # What the ramp sent (lengths, dataset, category, arrival): repeat runs must share it.
     workload: tuple = ()
 
@@ -119,7 +120,7 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
     meta = s.meta
     arm_meta = meta.arm(name)
     levels = sorted((lv for lv in s.rec.levels if lv.arm == name),
-                    key=lambda lv: (lv.level if lv.level is not None else 1 << 30, lv.offered_concurrency))
+                    key=lambda lv: (lv.level if lv.level is not None else 1 << 30, lv.offered))
     server_args = dict((arm_meta.server_args if arm_meta is not None else None) or {})
     gpus, source = _gpu_count(meta, name, server_args)
     plan = meta.ramp_plan or {}
@@ -133,7 +134,7 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
         power_w={lv: mean(vals) for lv, vals in power.items()},
         predicted=meta.predicted_knees.get(name),
         slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
-        workload=workload_key(plan),
+        attainment=_opt_float(plan.get("attainment")) or 0.9, workload=workload_key(plan),
     )
 
 

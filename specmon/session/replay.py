@@ -216,7 +216,7 @@ def build_events(rec: RecordedSession) -> list[Event]:
     # The ramp reports level time in the arms' time (the sim's --speed), as LevelProgress did live.
     scale = max([float(a.time_scale or 1.0) for a in meta.arms] or [1.0])
     planned_s = plan.get("level_duration_s")
-    levels_total = len(plan.get("levels") or []) or None
+    levels_total = len(plan.get("levels") or plan.get("rates") or []) or None
     results_by_level: dict[int, list[LevelResult]] = defaultdict(list)
     for r in rec.levels:
         if r.level is not None:
@@ -229,7 +229,8 @@ def build_events(rec: RecordedSession) -> list[Event]:
 
     def summary(arm: str) -> dict:
         return knees_summary(finished[arm], meta.predicted_knees.get(arm),
-                             slo_ttft_s=plan.get("slo_ttft_s"), slo_tpot_s=plan.get("slo_tpot_s"))
+                             slo_ttft_s=plan.get("slo_ttft_s"), slo_tpot_s=plan.get("slo_tpot_s"),
+                             min_attainment=plan.get("attainment") or 0.9)
 
     def finish(level: int, ts: float) -> None:
         results = results_by_level.pop(level, [])

@@ -172,3 +172,57 @@ class ScrapeWindow:
 
 def _finite(v: Optional[float]) -> Optional[float]:
     return v if v is not None and math.isfinite(v) else None
+
+
+# The prefix cache as SGLang counts it: the tokenizer side adds a finished request's prompt tokens
+# and its cached ones (cached_tokens_total, one series per cache_source: device, host, storage);
+# the scheduler side adds each prefill batch's tokens by mode (realtime_tokens_total).
+CACHE_COUNTERS = (("cached", "cached_tokens_total", {}), ("prompt", "prompt_tokens_total", {}),
+                  ("prefill_cache", "realtime_tokens_total", {"mode": "prefill_cache"}),
+                  ("prefill_compute", "realtime_tokens_total", {"mode": "prefill_compute"}))
+
+
+def counter_total(snap: MetricsSnapshot, name: str, **match: str) -> Optional[float]:
+    """A counter summed over its series that match (cached_tokens_total over cache_source), of
+    rank 0 where series carry rank labels; None when no series matches."""
+    rows = [(lab, v) for lab, v in snap.series(name) if all(lab.get(k) == x for k, x in match.items())]
+    if not rows:
+        return None
+    ranks = [lab for lab, _ in rows if any(k in lab for k in ("tp_rank", "dp_rank", "pp_rank"))]
+    if ranks:  # one value per rank: rank 0's (the others count the same work again)
+        return snap.value(name, **match)
+    total = sum(v for _, v in rows)
+    return total if math.isfinite(total) else None
+
+
+def cache_counter_deltas(old: Optional[MetricsSnapshot], new: Optional[MetricsSnapshot]) -> Optional[dict[str, float]]:
+    """The prefix-cache counters' increase between two scrapes (CACHE_COUNTERS' names: cached,
+    prompt, prefill_cache, prefill_compute), each present only when both scrapes have it and it
+    did not go down; None when either scrape is missing, they are the same, or the server
+    restarted in between."""
+    if old is None or new is None or new is old or counters_went_down(new, old):
+        return None
+    out: dict[str, float] = {}
+    for key, name, match in CACHE_COUNTERS:
+        a, b = counter_total(old, name, **match), counter_total(new, name, **match)
+        if b is None:
+            continue
+        if a is None:
+            a = 0.0 if new.has(name) and not old.has(name) else None  # a series born in between
+        if a is not None and b >= a:
+            out[key] = b - a
+    return out
+
+
+def cache_hit_share(d: Optional[dict[str, float]]) -> Optional[float]:
+    """Cached prompt tokens / prompt tokens from counter increases: the tokenizer's counters
+    (per finished request) when both moved, else the scheduler's prefill tokens by mode; None
+    when no prompt token was counted."""
+    if not d:
+        return None
+    if d.get("prompt") and "cached" in d:
+        return min(d["cached"] / d["prompt"], 1.0)
+    total = d.get("prefill_cache", 0.0) + d.get("prefill_compute", 0.0)
+    if "prefill_compute" in d and total > 0:
+        return d.get("prefill_cache", 0.0) / total
+    return None
