@@ -2,8 +2,10 @@
 
 
 class UsageError(Exception):
-    """Bad usage or bad input (file, key or URL, and what was expected): exit code 2."""
+    """Bad usage or bad input (file, key or URL, and what was expected; a key the server refused
+    with 401/403 during a ramp): exit code 2."""
 
 
 class ServerError(Exception):
-    """A server could not be reached or started (which, and why): exit code 3."""
+    """A server could not be reached or started, or stopped answering during a ramp and was still
+    gone at its end (which, and why): exit code 3."""

@@ -1,4 +1,4 @@
-"""Streaming client for SGLang's native /generate, timed the way the peers should be.
+"""Streaming client for SGLang's native /generate, timed at the socket.
 
 Per request it keeps the perf_counter stamps of: sent, first byte (response headers), every
 event that added tokens (with how many: the delta of meta_info.completion_tokens, so a 4-token
@@ -16,12 +16,16 @@ socket stamps.
 Durations here are wall seconds; RequestOutcome.record() multiplies them by the arm's
 time_scale (simulated seconds per wall second) when it builds the RequestRecord.
 Errors (HTTP status, connection, timeout, mid-stream error events) are recorded on the
-outcome, never raised: one failed request must not stop a ramp.
+outcome, never raised: one failed request must not stop a ramp. What the ramp needs to react to
+a failure is kept apart from the error text: the HTTP status (`http_status`), a 429/503's
+Retry-After in seconds (`retry_after_s`), and, when the server gave no answer at all (refused,
+reset, closed before a status line, connect timeout), why in a few words (`no_answer`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import os
 import ssl
@@ -93,6 +97,11 @@ class RequestOutcome:
     events: int = 0
     status: str = "ok"
     error: Optional[str] = None
+    http_status: Optional[int] = None  # the response's status code; None when none came
+    retry_after_s: Optional[float] = None  # a 429/503's Retry-After, in seconds from its arrival
+    # No answer at all (not even a status line): "connection refused", "connection reset", ...
+    no_answer: Optional[str] = None
+    cut_mid_response: bool = False  # the connection closed after the status line, before the end
 
     # -- derived, in wall seconds -------------------------------------------------------------
     def wall(self, perf_stamp: float) -> float:
@@ -241,8 +250,10 @@ class _Exchange:
                 if ev is h11.NEED_DATA or ev is h11.PAUSED:
                     return
                 if isinstance(ev, h11.Response):
-                    self.status = ev.status_code
+                    self.status = self.o.http_status = ev.status_code
                     self.o.t_first_byte = now
+                    if ev.status_code in (429, 503):
+                        self.o.retry_after_s = retry_after(ev.headers)
                 elif isinstance(ev, h11.Data):
                     if self.status == 200:
                         self._body(now, bytes(ev.data))
@@ -292,9 +303,14 @@ class _Exchange:
     def cut(self, exc: Optional[Exception]) -> None:
         """The connection closed before the response was complete."""
         if self.status is None:
+            if self.o.status == "ok":
+                self.o.no_answer = ("connection reset" if isinstance(exc, ConnectionResetError)
+                                    else "connection closed before any answer")
             self._fail("error", "RemoteProtocolError: server disconnected without sending a response")
         else:
             why = f": {exc}" if exc else ""
+            if self.o.status == "ok":
+                self.o.cut_mid_response = True
             self._fail("error", f"ReadError: connection closed mid-response{why}"[:200])
 
     def _fail(self, status: str, error: str) -> None:
@@ -395,7 +411,7 @@ class GenerateClient:
             # A kept-alive socket the server closed while it sat idle (uvicorn drops them after
             # 5 s; a sped-up sim's pause or drain is longer): nothing reached the server, so
             # send again on a fresh connection instead of recording a failure that was ours.
-            outcome.status, outcome.error, outcome.t_end = "ok", None, None
+            outcome.status, outcome.error, outcome.t_end, outcome.no_answer = "ok", None, None, None
             outcome.token_events.clear()
             outcome.events = 0
             outcome = await self._attempt(None, payload, outcome)
@@ -421,8 +437,10 @@ class GenerateClient:
                 conn = await self._connect()
             except asyncio.TimeoutError:
                 outcome.status, outcome.error = "timeout", "ConnectTimeout"
+                outcome.no_answer = f"no connection within {self.connect_timeout_s:g} s"
             except OSError as e:
                 outcome.status, outcome.error = "error", f"ConnectError: {e}"[:200]
+                outcome.no_answer = _connect_failure(e)
             if conn is None:
                 outcome.t_end = time.perf_counter()
                 return outcome
@@ -466,6 +484,8 @@ class GenerateClient:
             return
         idle = time.perf_counter() - ex.t_activity
         if idle >= self.timeout_s:
+            if ex.status is None and ex.o.status == "ok":
+                ex.o.no_answer = f"no answer within {self.timeout_s:g} s"
             ex._fail("timeout", "ReadTimeout")
             return
         ex.watchdog = asyncio.get_running_loop().call_later(min(self.timeout_s - idle, 5.0), self._watch, ex)
@@ -490,6 +510,41 @@ class GenerateClient:
                 outcome.completion_tokens = ex.last_tokens or None
         if outcome.status == "ok" and not outcome.token_events:
             outcome.status, outcome.error = "error", "stream ended without a token"
+
+
+RETRY_AFTER_MAX_S = 3600.0  # a value beyond this is treated as nonsense, not as an order to wait
+
+
+def retry_after(headers) -> Optional[float]:
+    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP-date), None when absent
+    or unreadable. h11 hands header names lower-cased. Only read on a 429/503."""
+    for name, value in headers:
+        if name != b"retry-after":
+            continue
+        text = value.decode("latin-1").strip()
+        try:
+            s = float(text)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError):
+                return None
+            if when is None or when.tzinfo is None:
+                return None
+            s = when.timestamp() - time.time()
+        if s != s:  # NaN
+            return None
+        return min(max(s, 0.0), RETRY_AFTER_MAX_S)
+    return None
+
+
+def _connect_failure(e: OSError) -> str:
+    """A failed connect in a few words, for the level's reason ("connection refused")."""
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, ConnectionResetError):
+        return "connection reset"
+    return (e.strerror or str(e) or type(e).__name__).lower()[:80]
 
 
 def _error_message(data: bytes) -> str:

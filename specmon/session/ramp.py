@@ -45,7 +45,9 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
-from specmon.analysis.knee import knees_summary, plateau_knee, queue_share, queueing_knee, queueing_ttft
+from specmon.analysis.knee import (
+    knee_level, knees_summary, label_knee, plateau_knee, queue_share, queueing_knee, queueing_ttft,
+)
 from specmon.analysis.levels import Window, level_result
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
@@ -279,8 +281,9 @@ class RampDriver:
     def _pace(self) -> float:
         """Server seconds per wall second to plan the next level with: the slowest arm's pace
         (measured on the previous level when it differed from the reported scale), so every arm
-        gets at least the planned duration in its own time."""
-        paces = [self._measured.get(a, s) for a, s in self.scales.items()]
+        gets at least the planned duration in its own time. An arm that gets no more requests
+        (401/403) no longer counts."""
+        paces = [self._measured.get(a, s) for a, s in self.scales.items() if a not in self.denied]
         return min(paces) if paces else 1.0
 
     def _wall(self, arm_seconds: float) -> float:
@@ -468,10 +471,13 @@ class RampDriver:
         for k in (plateau_knee(levels), queueing_knee(levels)):
             if k.confirmed_at == r.level and (arm, k.definition) not in self._called:
                 self._called.add((arm, k.definition))
-                if r.knee is None:
-                    r.knee = k.definition  # first definition to confirm here labels the row
+                r.knee_confirmed = ";".join(x for x in (r.knee_confirmed, k.definition) if x)
+                at = knee_level(levels, k)
+                if at is not None:  # the ramp's own rows (its final table); consumers label theirs
+                    labelled = label_knee(levels, arm, at, k.definition)
+                    levels[levels.index(next(x for x in levels if x.level == at))] = labelled
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail,
-                                resolved=k.values.get("resolved")))
+                                resolved=k.values.get("resolved"), knee_level=at, confirmed_level=r.level))
         self.knees[arm] = knees_summary(levels, live.predicted(arm),
                                         slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s)
 
@@ -566,7 +572,8 @@ class RampDriver:
                 self._finished(level, arm, o)  # after the notices: one wake-up hands over both
                 wait = backoff.after(o)
                 if wait > 0:
-                    level.backoff_s[arm] += await nap(wait)
+                    waited = await nap(wait)  # not `+= await`: that reads the sum before the wait
+                    level.backoff_s[arm] += waited
 
         urls = {a.name: public_url(a.url) for a in self.arms}
         live_arms = [a.name for a in self.arms if a.name not in self.denied]
