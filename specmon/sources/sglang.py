@@ -50,7 +50,7 @@ USED_METRICS = frozenset({
     "num_running_reqs", "num_queue_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
     "gen_throughput", "spec_accept_length", "spec_accept_rate", "new_token_ratio", "num_requests_total",
     "prompt_tokens_total", "generation_tokens_total", "realtime_tokens_total", "http_requests_total",
-    "time_to_first_token_seconds", "queue_time_seconds", "inter_token_latency_seconds",
+    "time_to_first_token_seconds", "queue_time_seconds", "inter_token_latency_seconds", "cached_tokens_total",
 })
 
 
@@ -451,6 +451,15 @@ class ArmCollector:
                 accept_len = g
                 accept_rate = _nonneg(snap.value("spec_accept_rate"))
         self.last_new_token_ratio = snap.value("new_token_ratio")
+        # Prefix-cache hits over the rate window: the scheduler's prefill tokens by mode (each
+        # prefill batch), else the tokenizer's cached / prompt tokens (each finished request).
+        hit = w.rate("realtime_tokens_total", scale, mode="prefill_cache")
+        compute = w.rate("realtime_tokens_total", scale, mode="prefill_compute")
+        if hit is not None and compute is not None and hit + compute > 0:
+            cache_hit_rate = hit / (hit + compute)
+        else:
+            cached, prompt = w.rate("cached_tokens_total", scale), w.rate("prompt_tokens_total", scale)
+            cache_hit_rate = min(cached / prompt, 1.0) if cached is not None and prompt else None
         return with_ranks(Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",
             running_reqs=_int(snap.value("num_running_reqs")),
@@ -466,7 +475,7 @@ class ArmCollector:
             queue_time_mean_s=w.mean("queue_time_seconds"),
             itl_mean_s=w.mean("inter_token_latency_seconds"),
             requests_finished_total=_nonneg(snap.value("num_requests_total")),
-            server_restarted=restarted,
+            server_restarted=restarted, cache_hit_rate=cache_hit_rate,
         ), ranks_from_metrics(snap))
 
     async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:

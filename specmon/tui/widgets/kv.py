@@ -1,6 +1,9 @@
-"""KV pool of one arm: occupancy bar, tokens used/capacity, history (0..100 %)."""
+"""KV pool of one arm: occupancy bar, tokens used/capacity, the prefix cache's hit rate over the
+scrape window when the server counts it (the cache lives in the pool), history (0..100 %)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 from rich.text import Text
 
@@ -32,6 +35,17 @@ class KvPane(ArmPane):
             Text.assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
                           (f"/{fmt.tokens(cap)} tok", self.st("unit"))),
         )
+
+    def note(self) -> Optional[Text]:
+        """The prefix cache's hit rate, once the server has reported one (the line stays, so the
+        pane does not jump when a window has no prefill)."""
+        s = self.arm.last
+        if s is not None and s.cache_hit_rate is not None:
+            self._cache_seen = True
+        if not getattr(self, "_cache_seen", False):
+            return None
+        rate = None if s is None else s.cache_hit_rate
+        return Text.assemble(("prefix cache hit ", self.st("unit")), (fmt.pct(rate), self.st("value")))
 
     def chart(self, width: int, height: int) -> list[Text]:
         return self.spark("kv_usage", width, height, lo=0.0, hi=1.0)
