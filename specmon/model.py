@@ -381,6 +381,10 @@ class LevelResult:
     cache_hit_rate: Optional[float] = None
     cached_tokens: Optional[int] = None
     accept_length_source: Optional[str] = None  # "requests" (meta_info) | "server" (the gauge)
+    # A ramp through a gateway: beside the gateway's row (the fleet, client-side figures) one row
+    # per worker, from that worker's own samples over the level's window (analysis/fleet_levels.py);
+    # `worker` is the worker's URL on those rows and None on every other row.
+    worker: Optional[str] = None
 
     @property
     def offered(self) -> float:
@@ -415,6 +419,7 @@ LEVEL_COLUMNS = [
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
     "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed", "note",
     "offered_rate", "achieved_rate", "cache_hit_rate", "cached_tokens", "accept_length_source",
+    "worker",
 ]
 
 
@@ -479,6 +484,25 @@ class SearchSummary:
     done: bool = False
     levels_used: int = 0
     reason: str = ""  # why it stopped, in words
+
+
+@dataclass
+class FleetLevels:
+    """A ramp through a gateway, for its ramp arm: the workers behind it, how evenly the gateway
+    spread the load on each level, and which worker saturated first (analysis/fleet_levels.py)."""
+
+    arm: str  # the ramp's arm: the gateway
+    fleet: str  # the fleet source's name
+    workers: list[str] = field(default_factory=list)  # arm names of the workers seen in the ramp
+    # level index (as text) -> max / mean of the workers' mean running requests (1.0: even)
+    imbalance: dict[str, Optional[float]] = field(default_factory=dict)
+    busiest: dict[str, Optional[str]] = field(default_factory=dict)  # level index -> the worker at the max
+    # the worker whose knee (queueing or plateau, on its own rows) came at the lowest offered level
+    first_saturated: Optional[str] = None
+    first_saturated_at: Optional[float] = None  # that knee's offered level (the fleet's C)
+    first_saturated_by: Optional[str] = None  # "queueing" | "plateau"
+    fleet_knee: Optional[float] = None  # the fleet row's own knee (queueing, else plateau)
+    detail: str = ""
 
 
 @dataclass
@@ -578,6 +602,8 @@ class LevelFinished(Event):
     knees: dict[str, KneesSummary] = field(default_factory=dict)
     # What the load client cost and how it kept pace on this level (session.json load_client).
     load_client: dict[str, Any] = field(default_factory=dict)
+    # A ramp through a gateway: its arm -> the fleet's figures so far (session.json fleet_levels).
+    fleets: dict[str, FleetLevels] = field(default_factory=dict)
 
 
 @dataclass

@@ -12,7 +12,7 @@ with every event, in order, and nothing else writes the folder):
 | levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
 | session.json    | SessionStarted, ArmInfoUpdated, FleetChanged, KneeCalled(predicted),|
 |                 | RampStarted,                                                        |
-|                 | LevelFinished (knees, load_client), Marker, SessionEnded            |
+|                 | LevelFinished (knees, fleets, load_client), Marker, SessionEnded    |
 
 Rows are appended and flushed as they happen, each in one write: a row that cannot be written
 whole (full disk) is cut back off, so a file never ends in a torn row. session.json is rewritten
@@ -43,7 +43,7 @@ from specmon import __version__
 from specmon.errors import UsageError
 from specmon.model import (
     GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
-    GpuSnapshot,
+    FleetLevels, GpuSnapshot,
     KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
 )
@@ -121,6 +121,9 @@ class SessionMeta:
     ramp_workload: Optional[dict[str, Any]] = None
     predicted_knees: dict[str, PredictedKnee] = field(default_factory=dict)
     knees: dict[str, KneesSummary] = field(default_factory=dict)
+    # A ramp through a gateway: per gateway arm, its workers' routing imbalance per level and
+    # which worker saturated first (model.FleetLevels)
+    fleet_levels: dict[str, FleetLevels] = field(default_factory=dict)
     load_client: list[dict[str, Any]] = field(default_factory=list)
     markers: list[dict[str, Any]] = field(default_factory=list)
     exit_reason: Optional[str] = None
@@ -373,6 +376,7 @@ class SessionWriter:
             self._levels.write(vars(r))
             self._level_rows.append(r)
         self.meta.knees.update(e.knees)
+        self.meta.fleet_levels.update(e.fleets)
         if e.load_client:
             self.meta.load_client.append(e.load_client)
         self._write_meta()

@@ -22,6 +22,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from specmon.analysis.fleet_levels import fleet_info, fleet_samples
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
@@ -109,11 +110,32 @@ class LiveSession:
         self._level, self._offered = level, offered
 
     def samples_for(self, arm: str, t0: float, t1: float) -> list[Sample]:
+        if arm not in self._samples and self._ramp_fleet(arm) is not None:  # the ramp's gateway: its workers' sums
+            return fleet_samples({w.name: self.samples_for(w.name, t0, t1) for w in self.fleet_workers(arm)}, arm)
         return [s for s in self._samples.get(arm, ()) if t0 <= s.ts <= t1]
 
     def info(self, arm: str) -> Optional[ArmInfo]:
         c = self._collectors.get(arm)
+        if c is None and self._ramp_fleet(arm) is not None:
+            return fleet_info([w.info for w in (self._collectors.get(a.name) for a in self.fleet_workers(arm))
+                               if w is not None and w.info is not None])
         return c.info if c else None
+
+    def fleet_workers(self, arm: str) -> list[ArmSpec]:
+        """The workers behind a ramp arm that is a gateway (the fleet polled at its URL)."""
+        f = self._ramp_fleet(arm)
+        return [a for a in self.arms if a.fleet == f.name] if f is not None else []
+
+    def _ramp_fleet(self, arm: str) -> Optional[FleetSource]:
+        """The gateway fleet whose URL is the ramp arm `arm`'s (not an arm watched itself)."""
+        if self.ramp is None or arm in self._collectors:
+            return None
+        spec = next((a for a in self.ramp.arms if a.name == arm), None)
+        if spec is None:
+            return None
+        url = spec.url.rstrip("/")
+        return next((f for f in self.fleets if getattr(f, "kind", None) == "gateway"
+                     and getattr(f, "url", None) == url), None)
 
     def newest_metrics(self, arm: str) -> Optional[MetricsSnapshot]:
         c = self._collectors.get(arm)

@@ -56,6 +56,7 @@ from specmon.model import (
     ArmSpec, KneeCalled, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished,
     RampPlan, RampStarted, RequestFinished,
 )
+from specmon.session.fleet_ramp import FleetRamp
 from specmon.session.folder import public_url
 from specmon.session.source import Emit, RampHost
 from specmon.sources.derive import histogram_delta
@@ -194,6 +195,7 @@ class RampDriver:
         # arm -> why its server is gone: every stream's last request lost its connection on the
         # last level that sent it any (the command exits 3 when one is left at the end)
         self.gone: dict[str, str] = {}
+        self.fleet = FleetRamp(self.arms)  # an arm that is a gateway: its workers' rows (fleet_ramp.py)
 
     # ---- controls (any thread) --------------------------------------------------------------
     def pause(self) -> None:
@@ -322,6 +324,7 @@ class RampDriver:
                 raise
             if opened is None and time.time() >= level.window_t0:
                 opened = {a.name: live.newest_metrics(a.name) for a in self.arms}
+                self.fleet.window_opened(live)
             drain()
             elapsed = (time.time() - level.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
@@ -384,8 +387,11 @@ class RampDriver:
                               **({"no_answer": dict(level.no_answer[a])} if level.no_answer[a] else {})}
         stats["backoff"] = backoff or None
         self.client_stats.append(stats)
-        emit(LevelFinished(level=i, results=results, knees={a.name: self.knees[a.name] for a in self.arms
-                                                           if a.name in self.knees}, load_client=stats))
+        workers, worker_knees, fleets = self.fleet.level_finished(i, c, self.last_window, level.t0, results,
+                                                                  self.knees, emit, live)
+        emit(LevelFinished(level=i, results=results + workers, knees={
+            **{a.name: self.knees[a.name] for a in self.arms if a.name in self.knees}, **worker_knees},
+            load_client=stats, fleets=fleets))
 
     def _wall_eta(self, i: int, elapsed: float) -> Optional[float]:
         """Wall seconds until the ramp ends: what the operator waits (level times are the arms')."""

@@ -86,6 +86,11 @@ class RampHost(Protocol):
     async def between_levels(self, level_index: int, restart: bool) -> None:
         ...
 
+    def fleet_workers(self, arm: str) -> list[ArmSpec]:
+        """The workers watched behind `arm` when the ramp's arm is a gateway (its fleet's arms,
+        now); [] for any other arm. info, samples_for and newest_metrics answer for them too."""
+        ...
+
 
 class FleetSource(Protocol):
     """Where a fleet's workers come from: a gateway's registry (sources/gateway.py) or the series
