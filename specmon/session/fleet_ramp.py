@@ -31,11 +31,19 @@ class FleetRamp:
         self._gateway_of: dict[str, str] = {}  # worker arm -> its gateway arm
         self._opened: dict[str, Optional[MetricsSnapshot]] = {}
         self._called: set[tuple[str, str]] = set()
+        # Gateway arms with more than one worker: each request ran on one worker's clock, and
+        # simulators' clocks are offset from one another, so the span of a level's server stamps
+        # is no pace (ramp.server_pace): the workers' reported time scale stands (LiveSession.info).
+        self.gateways: set[str] = set()
 
     def window_opened(self, live: RampHost) -> None:
         """Each worker's newest scrape as the level's window opens: the base of its histograms."""
         self._opened = {w.name: live.newest_metrics(w.name)
                         for arm in self.arms for w in live.fleet_workers(arm.name)}
+        self._several(live)
+
+    def _several(self, live: RampHost) -> None:
+        self.gateways = {a.name for a in self.arms if len(live.fleet_workers(a.name)) > 1}
 
     def level_finished(self, i: int, c: int, window: Window, level_t0: float, results: Sequence[LevelResult],
                        knees: dict[str, KneesSummary], emit: Emit, live: RampHost,
@@ -43,6 +51,7 @@ class FleetRamp:
         """The workers' rows of level i (to go after the arms' own `results`), every worker's
         knees so far, and each gateway's summary (`knees`: the ramp's, the gateways' own among them)."""
         opened, self._opened = self._opened, {}
+        self._several(live)
         if window.length <= 0:
             window = Window(level_t0, window.t1)  # a level shorter than its settle: all of it, as the ramp does
         rows: list[LevelResult] = []

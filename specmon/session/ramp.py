@@ -365,7 +365,7 @@ class RampDriver:
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
         paces = {}
         for arm in self.arms:
-            pace = server_pace(level.outcomes[arm.name])
+            pace = server_pace(level.outcomes[arm.name]) if arm.name not in self.fleet.gateways else None
             nominal = self.scales.get(arm.name, 1.0)
             if pace is None:
                 continue
@@ -411,7 +411,7 @@ class RampDriver:
         nominal = self.scales.get(arm, 1.0)
         if nominal == 1.0:
             return 1.0
-        pace = server_pace(outcomes)
+        pace = server_pace(outcomes) if arm not in self.fleet.gateways else None  # several workers' clocks
         return pace if pace is not None else nominal
 
     def _record_scale(self, arm: str) -> float:
