@@ -15,11 +15,12 @@ import time
 from typing import Optional, TextIO
 
 from specmon.analysis.knee import slo_condition, slo_sentence
+from specmon.analysis.search import search_words
 from specmon.session.live import LiveSession
 from specmon.session.source import SessionSource
 from specmon.urls import without_credentials
 from specmon.model import (
-    KneesSummary,
+    KneesSummary, offered_label,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
     Sample, SamplesTick, SessionEnded,
 )
@@ -76,17 +77,27 @@ def info_line(e: ArmInfoUpdated) -> str:
 
 
 def level_table(e: LevelFinished) -> str:
-    cols = [("arm", "{}"), ("C", "{}"), ("ok", "{}"), ("fail", "{}"), ("tok/s", "{:.0f}"),
-            ("tok/s/user", "{:.1f}"), ("ttft p50", "{:.2f}"), ("ttft p90", "{:.2f}"), ("acc len", "{:.2f}"),
-            ("kv max", "{:.0%}"), ("knee", "{}")]
+    rates = any(r.offered_rate is not None for r in e.results)
+    cols = [("arm", "{}"), ("rate" if rates else "C", "{}"), ("ok", "{}"), ("fail", "{}"), ("tok/s", "{:.0f}"),
+            ("tok/s/user", "{:.1f}"), ("ttft p50", "{:.2f}"), ("ttft p90", "{:.2f}"), ("acc len", "{}"),
+            ("kv max", "{:.0%}"), ("cache hit", "{:.1%}"), ("knee", "{}")]
+    if rates:
+        cols.insert(2, ("done/s", "{:.2f}"))
     rows = []
     for r in e.results:
-        vals = [r.arm, r.offered_concurrency, r.ok, r.failed, r.output_tok_s, r.per_user_tok_s, r.ttft_p50_s,
-                r.ttft_p90_s, r.accept_length, r.kv_usage_max, r.knee]
+        accept = None if r.accept_length is None else (
+            f"{r.accept_length:.2f}" + ("*" if r.accept_length_source == "server" else ""))
+        vals = [r.arm, f"{r.offered_rate:g}/s" if rates else r.offered_concurrency, r.ok, r.failed, r.output_tok_s,
+                r.per_user_tok_s, r.ttft_p50_s, r.ttft_p90_s, accept, r.kv_usage_max, r.cache_hit_rate, r.knee]
+        if rates:
+            vals.insert(2, r.achieved_rate)
         rows.append(["-" if v is None else f.format(v) for v, (_, f) in zip(vals, cols)])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
     out = [f"level {e.level} finished", "  ".join(h.rjust(w) for (h, _), w in zip(cols, widths))]
     out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    if any(r.accept_length_source == "server" for r in e.results):
+        out.append("  * acceptance from the server's gauge (its last decode window), not this level's requests")
+    out += [f"  {r.arm}: {r.label} over-saturated: {r.note}" for r in e.results if r.knee == "over_saturation"]
     return "\n".join(out)
 
 
@@ -99,22 +110,29 @@ def noise_note(resolved: Optional[bool]) -> str:
     return " (within the noise)" if resolved is False else ""
 
 
-def knees_line(arm: str, k: KneesSummary) -> str:
+def knees_line(arm: str, k: KneesSummary, rates: bool = False) -> str:
     """One arm's knees at the end of the ramp: 'fp8-mtp: plateau C=18 (within the noise); power knee
     C=18 (confirmed); SLO (TTFT<=2 s) met up to C=10, goodput peak C=14'."""
     parts = []
+
+    def at(x: Optional[float]) -> str:
+        return offered_label(None, x) if rates and x is not None else f"C={_c(x)}"
+
     if k.plateau is not None:
-        parts.append(f"plateau C={_c(k.plateau)}{noise_note(k.plateau_resolved)}")
+        parts.append(f"plateau {at(k.plateau)}{noise_note(k.plateau_resolved)}")
     if k.queueing is not None:
-        parts.append(f"queueing C={_c(k.queueing)}")
+        parts.append(f"queueing {at(k.queueing)}")
     if k.power.concurrency is not None:
-        parts.append(f"power knee C={_c(k.power.concurrency)} "
+        parts.append(f"power knee {at(k.power.concurrency)} "
                      f"({'confirmed' if k.power.confirmed else 'not confirmed'})")
     else:
         parts.append("power knee: no valid level")
     if k.slo is not None:
         parts.append(slo_sentence(slo_condition(k.slo.slo_ttft_s, k.slo.slo_tpot_s), k.slo.c_slo,
-                                  k.slo.c_goodput, k.slo.goodput_confirmed, min_attainment=k.slo.min_attainment))
+                                  k.slo.c_goodput, k.slo.goodput_confirmed, min_attainment=k.slo.min_attainment,
+                                  rates=rates))
+    if k.search is not None:
+        parts.append(search_words(k.search))
     return f"{arm}: " + "; ".join(parts)
 
 
@@ -124,6 +142,7 @@ class HeadlessPrinter:
         self.t0 = time.time()
         self._gpu_said = False
         self._knees: dict[str, KneesSummary] = {}  # arm -> the latest knees (LevelFinished.knees)
+        self._rates = False  # the ramp's levels offer request rates (open loop)
 
     def __call__(self, e: Event) -> None:
         line = self.render(e)
@@ -143,10 +162,16 @@ class HeadlessPrinter:
             return info_line(e)
         if isinstance(e, KneeCalled):
             c = "?" if e.concurrency is None else f"{e.concurrency:g}"
-            return f"knee [{e.definition}] {e.arm}: ~{c} concurrent requests{noise_note(e.resolved)} ({e.detail})"
+            what = "requests per second" if self._rates else "concurrent requests"
+            return f"knee [{e.definition}] {e.arm}: ~{c} {what}{noise_note(e.resolved)} ({e.detail})"
         if isinstance(e, LevelStarted):
             planned = f", {e.planned_s:g} s" if e.planned_s else ""
-            return f"level {e.level + 1}/{e.levels_total}: concurrency {e.offered_concurrency}{planned}"
+            total = e.levels_total or "?"
+            if e.offered_rate is not None:
+                self._rates = True
+                cap = f", at most {e.offered_concurrency} in flight" if e.offered_concurrency else ""
+                return f"level {e.level + 1}/{total}: rate {e.offered_rate:g} req/s{cap}{planned}"
+            return f"level {e.level + 1}/{total}: concurrency {e.offered_concurrency}{planned}"
         if isinstance(e, LevelFinished):
             self._knees.update(e.knees)
             return level_table(e)
@@ -154,7 +179,7 @@ class HeadlessPrinter:
             lines = [f"ramp finished: {e.reason}"]
             if self._knees:
                 lines.append("knees:")
-                lines += ["  " + knees_line(arm, k) for arm, k in self._knees.items()]
+                lines += ["  " + knees_line(arm, k, self._rates) for arm, k in self._knees.items()]
             return "\n".join(lines)
         if isinstance(e, ArmPhase):
             return f"{e.arm}: {e.phase}" + (f" ({e.detail})" if e.detail else "")

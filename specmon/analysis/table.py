@@ -1,6 +1,9 @@
 """The per-level table, shaped like the operators' own (docs/field-notes.md C) plus latency columns:
 
-    C | achieved | out tok/s | per-user tok/s | TTFT p50/p99 | TPOT | accept | ok/failed | knee
+    C | achieved | out tok/s | per-user tok/s | TTFT p50/p99 | TPOT | accept | ok/failed | cache hit | knee
+
+A rate level's C cell is its rate ("r=4/s"); an acceptance length read from the server's gauge
+instead of the requests is marked "(server)"; cache hit is the level's prefix-cache hit rate.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ def _secs(v: Optional[float]) -> str:
     return f"{v:.2f}s" if v >= 1 else f"{v * 1000:.0f}ms"
 
 
-HEADERS = ["arm", "C", "achieved", "out tok/s", "per-user tok/s", "TTFT p50/p99", "TPOT", "accept", "ok/failed", "knee"]
+HEADERS = ["arm", "C", "achieved", "out tok/s", "per-user tok/s", "TTFT p50/p99", "TPOT", "accept", "ok/failed",
+           "cache hit", "knee"]
 
 
 def level_rows(results: Sequence[LevelResult]) -> list[list[str]]:
@@ -31,10 +35,13 @@ def level_rows(results: Sequence[LevelResult]) -> list[list[str]]:
             knee = (knee + " " if knee else "") + f"INVALID ({r.invalid_reason})"
         else:
             knee = " ".join(x for x in (knee, r.ttft_note, r.note) if x)
-        rows.append([r.arm, str(r.offered_concurrency), _f(r.achieved_concurrency, "{:.1f}"),
+        accept = _f(r.accept_length, "{:.2f}") + (" (server)" if r.accept_length_source == "server" else "")
+        rows.append([r.arm, r.label if r.offered_rate is not None else str(r.offered_concurrency),
+                     _f(r.achieved_concurrency, "{:.1f}"),
                      _f(r.output_tok_s, "{:.1f}"), _f(r.per_user_tok_s, "{:.1f}"),
                      f"{_secs(r.ttft_p50_s)}/{_secs(r.ttft_p99_s)}", _secs(r.tpot_p50_s),
-                     _f(r.accept_length, "{:.2f}"), f"{r.ok}/{r.failed}", knee])
+                     accept, f"{r.ok}/{r.failed}", _f(None if r.cache_hit_rate is None else r.cache_hit_rate * 100,
+                                                       "{:.1f}%"), knee])
     return rows
 
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from specmon.analysis.stats import mean
 from specmon.errors import UsageError
-from specmon.model import LevelResult, PredictedKnee
+from specmon.model import LevelResult, PredictedKnee, SearchSummary
 from specmon.session.folder import SessionMeta
 from specmon.session.replay import RecordedSession, load_session
 
@@ -36,6 +36,7 @@ class ReportArm:
     slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
     slo_tpot_s: Optional[float] = None
     attainment: float = 0.9  # the plan's SLO attainment target (ramp_plan attainment; 0.9 before it was one)
+    search: Optional[SearchSummary] = None  # the SLO search as the ramp ended it (session.json knees)
     # What the ramp sent (lengths, dataset, category, arrival): repeat runs must share it.
     workload: tuple = ()
 
@@ -135,6 +136,7 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
         predicted=meta.predicted_knees.get(name),
         slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
         attainment=_opt_float(plan.get("attainment")) or 0.9, workload=workload_key(plan),
+        search=meta.knees[name].search if name in meta.knees else None,
     )
 
 

@@ -29,12 +29,17 @@ Metric = Callable[[LevelResult], Optional[float]]
 
 def _series(arm: ReportArm, metric: Metric) -> tuple[list[float], list[float]]:
     xs, ys = [], []
-    for lv in arm.levels:
+    for lv in sorted(arm.levels, key=lambda lv: lv.offered):  # a search runs its levels out of order
         v = metric(lv)
         if v is not None:
-            xs.append(lv.offered_concurrency)
+            xs.append(lv.offered)
             ys.append(v)
     return xs, ys
+
+
+def _rates(arms: Sequence[ReportArm]) -> bool:
+    """The levels offered request rates (open loop): the x axis is the rate."""
+    return any(lv.offered_rate is not None for a in arms for lv in a.levels)
 
 
 def _knees_of(arm: ReportArm) -> dict[str, Optional[float]]:
@@ -43,7 +48,7 @@ def _knees_of(arm: ReportArm) -> dict[str, Optional[float]]:
 
 
 def _mark_knees(ax, arm: ReportArm, metric: Metric) -> None:
-    by_c = {lv.offered_concurrency: metric(lv) for lv in arm.levels}
+    by_c = {lv.offered: metric(lv) for lv in arm.levels}
     for name, c in _knees_of(arm).items():
         y = by_c.get(c) if c is not None else None
         if y is not None:
@@ -73,14 +78,14 @@ def _vs_c(arms: Sequence[ReportArm], metric: Metric, ylabel: str, title: str, kn
             xs2, ys2 = _series(arm, second)
             if xs2:
                 ax.plot(xs2, ys2, "--", color=color, marker=".", label=f"{arm.key} {second_label}")
-        bad = [(lv.offered_concurrency, metric(lv)) for lv in arm.levels if not lv.valid and metric(lv) is not None]
+        bad = [(lv.offered, metric(lv)) for lv in arm.levels if not lv.valid and metric(lv) is not None]
         if bad:
             ax.plot([c for c, _ in bad], [y for _, y in bad], "x", color="grey", markersize=8, zorder=4)
         if knees:
             _mark_knees(ax, arm, metric)
-            if arm.predicted is not None and arm.predicted.concurrency is not None:
+            if arm.predicted is not None and arm.predicted.concurrency is not None and not _rates(arms):
                 ax.axvline(arm.predicted.concurrency, color=color, linestyle=":", linewidth=1)
-    ax.set_xlabel("offered concurrency C")
+    ax.set_xlabel("offered request rate (req/s)" if _rates(arms) else "offered concurrency C")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if logy:
@@ -100,7 +105,7 @@ def _frontier(arms: Sequence[ReportArm], at: Sequence[float]) -> plt.Figure:
         ax.plot([lv.per_user_tok_s for lv in pts], [lv.output_tok_s for lv in pts], "-o", color=color,
                 markersize=4, label=arm.key)
         for lv in pts:
-            ax.annotate(str(lv.offered_concurrency), (lv.per_user_tok_s, lv.output_tok_s), fontsize=6,
+            ax.annotate(f"{lv.offered:g}", (lv.per_user_tok_s, lv.output_tok_s), fontsize=6,
                         xytext=(3, 3), textcoords="offset points", color=color)
         for t in at:
             p = matched(arm, t)

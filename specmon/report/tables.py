@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from specmon.analysis.knee import slo_condition, slo_sentence
+from specmon.analysis.search import search_words
 from specmon.model import KneesSummary, LevelResult, SloSummary
 from specmon.report.compare import ArmGroup, Spread, drafter_comparisons, groups
 from specmon.report.data import ReportArm, ReportSession
@@ -121,29 +122,48 @@ def _s(v) -> str:
 
 
 LEVEL_HEADERS = ["C", "achieved C", "out tok/s", "per-user tok/s", "TTFT p50 s", "TTFT p90 s", "TTFT p99 s",
-                 "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "accept len", "queue p50 s", "KV max %",
+                 "cache hit %", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "accept len", "queue p50 s", "KV max %",
                  "GPU power W", "ok", "failed", "valid", "knee"]
+# Open-loop levels: the rate offered and the completions per second it got, before everything else
+# (their C column is the in-flight cap, empty without one).
+RATE_HEADERS = ["rate req/s", "done req/s"]
 
 
-def level_row(lv: LevelResult, power_w: Optional[float]) -> list[str]:
-    return [str(lv.offered_concurrency), num(lv.achieved_concurrency), num(lv.output_tok_s),
-            num(lv.per_user_tok_s), num(lv.ttft_p50_s, "{:.3f}"), num(lv.ttft_p90_s, "{:.3f}"),
-            num(lv.ttft_p99_s, "{:.3f}"), ms(lv.tpot_p50_s), ms(lv.itl_p50_s), ms(lv.itl_p99_s),
-            num(lv.accept_length, "{:.2f}"), num(lv.queue_time_p50_s, "{:.3f}"), pct(lv.kv_usage_max),
-            num(power_w, "{:.0f}"), str(lv.ok), str(lv.failed), "yes" if lv.valid else "no", lv.knee or ""]
+def level_row(lv: LevelResult, power_w: Optional[float], rates: bool = False) -> list[str]:
+    offered = str(lv.offered_concurrency) if not rates else (str(lv.offered_concurrency) if lv.offered_concurrency else "")
+    head = [num(lv.offered_rate, "{:g}"), num(lv.achieved_rate, "{:.2f}")] if rates else []
+    return head + [offered, num(lv.achieved_concurrency), num(lv.output_tok_s),
+                   num(lv.per_user_tok_s), num(lv.ttft_p50_s, "{:.3f}"), num(lv.ttft_p90_s, "{:.3f}"),
+                   num(lv.ttft_p99_s, "{:.3f}"), pct(lv.cache_hit_rate), ms(lv.tpot_p50_s), ms(lv.itl_p50_s),
+                   ms(lv.itl_p99_s), num(lv.accept_length, "{:.2f}"), num(lv.queue_time_p50_s, "{:.3f}"),
+                   pct(lv.kv_usage_max), num(power_w, "{:.0f}"), str(lv.ok), str(lv.failed),
+                   "yes" if lv.valid else "no", lv.knee or ""]
 
 
 def levels_section(arms: Sequence[ReportArm]) -> Section:
     tables = []
+    lines = ["achieved C = what the server ran (mean running requests); per-user tok/s = out tok/s / achieved C; "
+             "invalid = the client, not the server, limited the level; cache hit % = prefix-cache hits / prompt "
+             "tokens over the level (the TTFT beside it is what the hits bought)"]
     for a in arms:
-        rows = [level_row(lv, a.power_at(lv)) for lv in a.levels]
-        notes = [f"C={lv.offered_concurrency} invalid: {lv.invalid_reason or 'no reason recorded'}"
-                 for lv in a.levels if not lv.valid]
-        notes += [f"C={lv.offered_concurrency}: {lv.ttft_note}" for lv in a.levels if lv.ttft_note]
-        tables.append(Table(LEVEL_HEADERS, rows, a.key, notes))
-    return Section("Per-level results", ["achieved C = what the server ran (mean running requests); "
-                                         "per-user tok/s = out tok/s / achieved C; "
-                                         "invalid = the client, not the server, limited the level"], tables)
+        rates = any(lv.offered_rate is not None for lv in a.levels)
+        rows = [level_row(lv, a.power_at(lv), rates) for lv in a.levels]
+        notes = [f"{lv.label} over-saturated, cut short: {lv.note or lv.invalid_reason or 'backlog grew'}"
+                 for lv in a.levels if lv.knee == "over_saturation"]
+        notes += [f"{lv.label} invalid: {lv.invalid_reason or 'no reason recorded'}"
+                  for lv in a.levels if not lv.valid and lv.knee != "over_saturation"]
+        notes += [f"{lv.label}: {lv.ttft_note}" for lv in a.levels if lv.ttft_note]
+        server = [lv.label for lv in a.levels if lv.accept_length_source == "server"]
+        if server:
+            notes.append(f"accept len at {', '.join(server)} from the server's gauge (its last decode window, "
+                         "not the level's requests)")
+        headers = (RATE_HEADERS + ["C cap"] + LEVEL_HEADERS[1:]) if rates else LEVEL_HEADERS
+        tables.append(Table(headers, rows, a.key, notes))
+    if any(lv.offered_rate is not None for a in arms for lv in a.levels):
+        lines.append("rate levels (open loop): rate = requests per second offered (seeded arrivals), done = "
+                     "completions per second in the window; a level whose backlog grew is over_saturation, cut "
+                     "short and never read as a steady state")
+    return Section("Per-level results", lines, tables)
 
 
 def knees_section(arms: Sequence[ReportArm]) -> Section:
@@ -166,8 +186,12 @@ def knees_section(arms: Sequence[ReportArm]) -> Section:
         rows.append(row + [num(predicted, "{:g}"), ",".join(str(c) for c in k.invalid_levels)])
         lines.append(f"{a.key}: {k.plateau_detail}; {k.queueing_detail}" +
                      (f"; predicted: {k.predicted.detail}" if k.predicted is not None and k.predicted.detail else ""))
+        rates = any(lv.offered_rate is not None for lv in a.levels)
         if k.slo is not None:
-            lines.append(f"{a.key}: {_slo_sentence(k.slo)}")
+            lines.append(f"{a.key}: {_slo_sentence(k.slo, rates)}")
+        search = a.search
+        if search is not None:
+            lines.append(f"{a.key}: {search_words(search)}")
     notes = ["plateau and queueing are confirmed on two consecutive valid levels (D1/D2, docs/field-notes.md); "
              "c_90 = lowest C reaching 90% of the best throughput; power knee = argmax of throughput / TTFT p50, "
              "confirmed when it falls at the next two levels"]
@@ -175,8 +199,9 @@ def knees_section(arms: Sequence[ReportArm]) -> Section:
         notes.append("within the noise: the plateau's one-sided 95% bounds of eta do not settle it "
                      "(longer levels or wider steps would)")
     if with_slo:
-        notes.append("C_SLO = the largest C whose SLO attainment has a Wilson lower 95% bound >= 90%; goodput knee = "
-                     "argmax of out tok/s x attainment, confirmed when it falls at the next two levels")
+        target = next((k.slo.min_attainment for _, k in knees if k.slo is not None), 0.9)
+        notes.append(f"C_SLO = the largest C whose SLO attainment has a Wilson lower 95% bound >= {target:.0%}; "
+                     "goodput knee = argmax of out tok/s x attainment, confirmed when it falls at the next two levels")
     return Section("Knees", lines, [Table(headers, rows, None, notes)])
 
 
@@ -190,12 +215,13 @@ def _slo_cells(k: KneesSummary) -> list[str]:
     return ["none met" if k.slo.c_slo is None else f"{k.slo.c_slo}", goodput]
 
 
-def _slo_sentence(slo: SloSummary) -> str:
+def _slo_sentence(slo: SloSummary, rates: bool = False) -> str:
     """'SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=10, goodput peak C=14 (6,200 good tok/s)'."""
     words = slo_condition(slo.slo_ttft_s, slo.slo_tpot_s)
     if not slo.levels:
         return f"SLO ({words}) not judged at any valid level"
-    return slo_sentence(words, slo.c_slo, slo.c_goodput, slo.goodput_confirmed, slo.goodput_tok_s)
+    return slo_sentence(words, slo.c_slo, slo.c_goodput, slo.goodput_confirmed, slo.goodput_tok_s,
+                        min_attainment=slo.min_attainment, rates=rates)
 
 
 def _knee_cell(c, confirmed_at, note: Optional[str] = None) -> str:

@@ -1,4 +1,5 @@
-"""A metric against offered concurrency, one line per arm, the knee marked (◆ and a ┆ column)."""
+"""A metric against offered concurrency (or request rate), one line per arm, the knee marked (◆ and
+a ┆ column)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,18 @@ class LevelPlot(StyledWidget):
 
     def series(self) -> list[tuple[int, Series]]:
         out = []
+        self.rates = False
         with self.session.lock:
             for arm in self.session.arms.values():
-                pts = [(float(r.offered_concurrency), getattr(r, self.metric)) for r in arm.levels]
+                # by offered value: an SLO search runs its levels out of order
+                pts = sorted((float(r.offered), getattr(r, self.metric)) for r in arm.levels)
+                rates = any(r.offered_rate is not None for r in arm.levels)
+                self.rates = self.rates or rates
                 knee: Optional[float] = None
                 if arm.confirmed_knee is not None:
                     knee = arm.confirmed_knee.concurrency
-                pred = arm.predicted_knee.concurrency if arm.predicted_knee else None
+                # the predicted knee is a concurrency: it has no place on a rate axis
+                pred = arm.predicted_knee.concurrency if arm.predicted_knee and not rates else None
                 out.append((arm.index, Series(arm.name, pts, knee, pred)))
         return out
 
@@ -38,7 +44,7 @@ class LevelPlot(StyledWidget):
         width, height = max(self.size.width, 20), max(self.size.height, 4)
         indexed = self.series()
         head = Text(no_wrap=True, overflow="ellipsis")
-        head.append(self.title, style=self.st("label"))
+        head.append(self.title.replace(" vs C", " vs rate") if self.rates else self.title, style=self.st("label"))
         for idx, s in indexed:
             head.append(f"  {arm_glyph(idx)} {s.label}", style=self.arm_style(idx))
         head.append("  ◆ knee ┊ predicted", style=self.st("dim"))

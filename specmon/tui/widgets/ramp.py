@@ -32,8 +32,16 @@ class RampProgress(StyledWidget):
                 return t
             total = s.levels_total or "?"
             t.append(f"level {lv.level + 1}/{total}", style=self.st("value"))
-            t.append("  C ", style=self.st("unit"))
-            t.append(str(lv.offered_concurrency), style=self.st("value"))
+            if lv.offered_rate is not None:  # an open-loop level offers a rate
+                t.append("  r ", style=self.st("unit"))
+                t.append(f"{lv.offered_rate:g}", style=self.st("value"))
+                t.append("/s", style=self.st("unit"))
+                if pr is not None and pr.level == lv.level and pr.in_flight:
+                    t.append("  in flight", style=self.st("unit"))
+                    t.append(" " + " ".join(str(n) for n in pr.in_flight.values()), style=self.st("value"))
+            else:
+                t.append("  C ", style=self.st("unit"))
+                t.append(str(lv.offered_concurrency), style=self.st("value"))
             elapsed = pr.elapsed_s if pr is not None and pr.level == lv.level else 0.0
             planned = lv.planned_s
             frac = min(elapsed / planned, 1.0) if planned else None
@@ -65,6 +73,8 @@ COLUMNS = (("C", 4, True), ("ach C", 6, True), ("tok/s", 7, True), ("tok/s/u", 8
            ("TTFT50", 8, True), ("TTFT99", 8, True), ("TPOT", 7, True), ("acc", 5, True),
            ("ok/fail", 8, True), ("knee", 9, False))
 TABLE_W = 4 + sum(w for _, w, _ in COLUMNS)
+# A ramp of request rates: its first column is the rate ("4/s"), wider.
+RATE_COLUMNS = (("rate", 7, True),) + COLUMNS[1:]
 
 
 class LevelTable(StyledWidget):
@@ -99,21 +109,25 @@ class LevelTable(StyledWidget):
             return Text("no level finished yet", style=self.st("dim"))
         width = max(self.size.width, 40)
         names = [r.arm for r in rows]
-        arm_w = min(max(len(n) for n in names) + 3, max(width - TABLE_W, 8))
+        rates = any(r.offered_rate is not None for r in rows)
+        columns = RATE_COLUMNS if rates else COLUMNS
+        table_w = 4 + sum(w for _, w, _ in columns)
+        arm_w = min(max(len(n) for n in names) + 3, max(width - table_w, 8))
         head = Text("arm".ljust(arm_w), style=self.st("label"), no_wrap=True)
-        for name, w, right in COLUMNS:
+        for name, w, right in columns:
             head.append((name.rjust(w) if right else " " + name.ljust(w - 1)), style=self.st("label"))
-        lines = [head, Text("─" * min(width, arm_w + TABLE_W - 4), style=self.st("dim"))]
+        lines = [head, Text("─" * min(width, arm_w + table_w - 4), style=self.st("dim"))]
         prev = None
         for r in rows:
             if prev is not None and r.level != prev:
-                lines.append(Text("┄" * min(width, arm_w + TABLE_W - 4), style=self.st("dim")))
+                lines.append(Text("┄" * min(width, arm_w + table_w - 4), style=self.st("dim")))
             prev = r.level
             arm = self.session.arm(r.arm)
             knee_row = bool(r.knee)
             vs = self.st("warn") if knee_row else self.st("value")
             cells = [
-                str(r.offered_concurrency), fmt.num(r.achieved_concurrency, 1), fmt.rate(r.output_tok_s),
+                f"{r.offered_rate:g}/s" if r.offered_rate is not None else str(r.offered_concurrency),
+                fmt.num(r.achieved_concurrency, 1), fmt.rate(r.output_tok_s),
                 fmt.rate(r.per_user_tok_s), fmt.secs(r.ttft_p50_s), fmt.secs(r.ttft_p99_s),
                 fmt.secs(r.tpot_p50_s), "—" if r.accept_length is None else f"{r.accept_length:.2f}",
                 f"{r.ok}/{r.failed}",
@@ -123,7 +137,7 @@ class LevelTable(StyledWidget):
             if len(label) > arm_w - 1:
                 label = label[:arm_w - 2] + "…"
             line.append(label.ljust(arm_w), style=self.arm_style(arm.index))
-            for (name, w, _), cell in zip(COLUMNS, cells):
+            for (name, w, _), cell in zip(columns, cells):
                 style = self.st("bad") if name == "ok/fail" and r.failed else vs
                 line.append(cell.rjust(w)[-w:], style=style)
             if r.knee:
