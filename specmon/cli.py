@@ -126,6 +126,13 @@ def _add_metrics_options(p: argparse.ArgumentParser) -> None:
                    help="address the --metrics-port server listens on (default 127.0.0.1)")
 
 
+def _add_prometheus_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="a fleet of SGLang workers as a Prometheus server sees them (read-only GETs)")
+    p.add_argument("--selector", default=None, metavar="'{...}'",
+                   help="label matchers picking the fleet's series, e.g. '{job=\"sglang\"}' (default: every SGLang series)")
+
+
 def _add_slo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-ttft", type=_seconds, default=None, metavar="S",
                    help="TTFT SLO in seconds: per-level attainment, SLO and goodput knees (session.json)")
@@ -180,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
     _add_metrics_options(p)
+    _add_prometheus_options(p)
 
     p = sub.add_parser("launch", help="start servers from a layout file, ramp, watch")
     p.add_argument("layout", metavar="LAYOUT.yaml")
@@ -213,10 +221,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", type=_positives, default=None, help="per-user tok/s points for matched-interactivity tables")
     p.add_argument("--out", default=None)
 
-    p = sub.add_parser("replay", help="play a recorded session through the TUI")
-    p.add_argument("session", metavar="SESSION_DIR")
+    p = sub.add_parser("replay", help="play a recorded session through the TUI (or a past window of a Prometheus fleet)")
+    p.add_argument("session", nargs="?", default=None, metavar="SESSION_DIR")
     p.add_argument("--speed", type=_speed, default=1.0)
     p.add_argument("--headless", action="store_true")
+    _add_prometheus_options(p)
+    p.add_argument("--from", dest="time_from", default=None, metavar="T",
+                   help="with --prometheus: start of the window (RFC 3339, unix seconds, or -1h)")
+    p.add_argument("--to", dest="time_to", default=None, metavar="T", help="with --prometheus: end (default now)")
+    p.add_argument("--step", type=_interval, default=None, metavar="S",
+                   help="with --prometheus: seconds between rows (default the scrape interval)")
+    p.add_argument("--out", default=None, help="with --prometheus: the session folder to write")
     return parser
 
 
@@ -246,6 +261,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         from specmon.commands import sim
 
         return _guard(lambda: sim.run(argv[1:]))
+    if argv and argv[0] == "replay":  # `--from -1h`: a value that starts with "-" is still the value
+        argv = [f"{a}={argv[i + 1]}" if a in ("--from", "--to") and i + 1 < len(argv) else a
+                for i, a in enumerate(argv) if not (i and argv[i - 1] in ("--from", "--to"))]
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

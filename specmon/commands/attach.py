@@ -1,4 +1,5 @@
-"""`specmon attach URL... [--name NAME=URL] [--api-key-env VAR] [--headless --duration S]`; a URL that
+"""`specmon attach URL... [--name NAME=URL] [--api-key-env VAR] [--headless --duration S]`,
+`specmon attach --prometheus URL [--selector S] [--interval S]` (a fleet as Prometheus sees it); a URL that
 is a gateway (smg) is watched as its workers (`--gateway-metrics URL`; `--no-discover`: as one server).
 
 Read-only: only GETs (/metrics, /server_info, /v1/loads). Exit 0 when at least one server
@@ -10,19 +11,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmon.wiring import arms_from_args, gateway_fleets, require_an_answer, run_front_end, start_metrics
+from specmon.wiring import (
+    arms_from_args, gateway_fleets, prometheus_fleets, require_an_answer, run_front_end, start_metrics,
+)
 
 
 def run(args) -> int:
-    arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env)
+    arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env) if (
+        args.urls or args.name or args.prometheus is None) else []
+    prometheus = prometheus_fleets(args.prometheus, args.selector, args.interval)  # --prometheus: workers found
     # A URL that is a gateway (smg) is watched as its fleet of workers (not with --no-discover).
-    arms, fleets = gateway_fleets(arms, discover=not args.no_discover, metrics_url=args.gateway_metrics)
+    arms, gateways = gateway_fleets(arms, discover=not args.no_discover, metrics_url=args.gateway_metrics)
+    fleets = prometheus + gateways
     from specmon.session.live import LiveSession
 
     consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
                        isl=args.isl, osl=args.osl, mode="attach", consumers=consumers, fleets=fleets)
-    run_front_end(live, headless=args.headless, duration_s=args.duration,
-                  title="specmon attach " + " ".join([a.url for a in arms] + [f.url for f in fleets]))
+    title = "specmon attach " + " ".join([a.url for a in arms] + [f.url for f in gateways]
+                                         + [f"--prometheus {f.url}" for f in prometheus])
+    run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)
     require_an_answer(live, arms)
     return 0

@@ -287,7 +287,9 @@ class LiveSession:
                 t.cancel()
             if c is not None:
                 self._closing.append(asyncio.ensure_future(c.aclose()))
-        self._host = HostCollector(self.arms)
+        # Process readings only for the servers scraped here: a fleet's own arms have none (and
+        # finding 500 local listeners costs seconds of CPU).
+        self._host = HostCollector([a for a in self.arms if a.name not in self._fleet_only])
         words = []
         if added:
             words.append(f"{len(added)} joined ({', '.join(w.name for w in added)})")
