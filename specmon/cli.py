@@ -206,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None)
     p.add_argument("--yes", action="store_true",
                    help="send the load even to a server that is not on this machine (not a loopback address)")
+    p.add_argument("--no-discover", dest="no_discover", action="store_true",
+                   help="take every URL as one SGLang server (a gateway's workers are not watched)")
+    p.add_argument("--gateway-metrics", default=None, metavar="URL",
+                   help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
     _add_ramp_options(p, levels_required=True)
     _add_slo_options(p)
     _add_metrics_options(p)

@@ -20,6 +20,7 @@ from specmon.session.live import LiveSession
 from specmon.session.source import SessionSource
 from specmon.urls import without_credentials
 from specmon.model import (
+    FleetLevels,
     KneesSummary, offered_label,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
     Sample, SamplesTick, SessionEnded,
@@ -142,10 +143,12 @@ class HeadlessPrinter:
         self.t0 = time.time()
         self._gpu_said = False
         self._knees: dict[str, KneesSummary] = {}  # arm -> the latest knees (LevelFinished.knees)
+        self._fleets: dict[str, FleetLevels] = {}  # gateway arm -> its fleet's figures (LevelFinished.fleets)
+        self._level_labels: dict[str, str] = {}  # level index -> "C=8"
         self._rates = False  # the ramp's levels offer request rates (open loop)
 
     def __call__(self, e: Event) -> None:
-        line = self.render(e)
+        line = "\n".join(x for x in (self.render(e), self.fleet_lines(e)) if x)
         if line:
             print(without_credentials(line), file=self.out, flush=True)
 
@@ -187,6 +190,32 @@ class HeadlessPrinter:
             return f"mark: {e.label}"
         if isinstance(e, SessionEnded):
             return f"session ended: {e.reason}"
+        return None
+
+
+    def fleet_lines(self, e: Event) -> Optional[str]:
+        """A ramp through a gateway: after each level, how evenly the gateway spread it; at the
+        end, which worker saturated first and the imbalance level by level."""
+        if isinstance(e, LevelFinished) and e.fleets:
+            self._fleets.update(e.fleets)
+            lines = []
+            for arm, f in e.fleets.items():
+                row = next((r for r in e.results if r.arm == arm), None)
+                if row is not None:
+                    self._level_labels[str(e.level)] = row.label
+                x, who = f.imbalance.get(str(e.level)), f.busiest.get(str(e.level))
+                spread = (f"routing imbalance {x:.2f}x (busiest {who}; max/mean of the workers' running)"
+                          if x is not None else "routing imbalance unknown (fewer than two workers running)")
+                lines.append(f"fleet {arm}: {spread}; {f.detail}")
+            return "\n".join(lines)
+        if isinstance(e, RampFinished) and self._fleets:
+            lines = ["fleets:"]
+            for arm, f in self._fleets.items():
+                by_level = ", ".join(f"{self._level_labels.get(k, 'L' + k)} {'-' if v is None else f'{v:.2f}x'}"
+                                     for k, v in f.imbalance.items())
+                lines.append(f"  {arm} ({f.fleet}, {len(f.workers)} workers): {f.detail}")
+                lines.append(f"    routing imbalance by level: {by_level or 'none'}")
+            return "\n".join(lines)
         return None
 
 

@@ -111,12 +111,13 @@ def require_loopback_or_yes(arms: Sequence[ArmSpec], yes: bool) -> None:
 
 
 def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: Optional[str] = None,
-                   timeout_s: float = 3.0) -> tuple[list[ArmSpec], list]:
+                   timeout_s: float = 3.0, strict: bool = True) -> tuple[list[ArmSpec], list]:
     """The arms that are SGLang servers, and a GatewayFleet for each URL that is a gateway (its
     GET /workers answers a worker registry): its workers are watched, not the gateway. A URL
-    that answers as neither is exit 2, in one line; one that does not answer stays an arm (the
-    session retries it). discover=False (--no-discover): every URL is a server, as it was.
-    GETs only (sources/gateway.py probe)."""
+    that answers as neither is exit 2, in one line (strict=False, the ramp: it stays an arm and
+    the ramp says what it answers); one that does not answer stays an arm (the session retries
+    it). discover=False (--no-discover): every URL is a server, as it was. GETs only
+    (sources/gateway.py probe)."""
     if not discover:
         if metrics_url is not None:
             raise UsageError("--gateway-metrics: not with --no-discover (no gateway is looked for)")
@@ -141,7 +142,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
     found = asyncio.run(probe_all()) if arms else []
     kept, gateways = [], []
     for arm, p in zip(arms, found):
-        if p.kind == "neither":
+        if p.kind == "neither" and strict:
             raise UsageError(f"{public_url(arm.url)}: neither an SGLang server nor a gateway ({p.reason})")
         (gateways if p.kind == "gateway" else kept).append(arm)
     if metrics_url is not None and len(gateways) != 1:
@@ -264,7 +265,7 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
     from specmon.headless import run_headless
 
     reason = run_headless(live, duration_s)
-    results = [r for rs in zip(*ramp.results.values()) for r in rs] if ramp is not None else []
+    results = ramp.fleet.table(ramp.results) if ramp is not None else []  # arms' rows, then any gateway's workers
     if results:
         from specmon.analysis.table import format_level_table
 

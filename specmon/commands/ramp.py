@@ -2,6 +2,11 @@
 ramp against servers that are already running (this sends generation traffic: only when asked,
 and to a server that is not on this machine only with --yes).
 
+A URL that is a gateway (smg) is ramped as one arm (the load goes to the gateway, which routes
+it) while every worker it lists is watched, as `attach` watches them (`--gateway-metrics URL`;
+`--no-discover`: the URL is one server); levels.csv then holds, per level, the gateway's row and
+one row per worker (session/fleet_ramp.py). The --yes rule is about the URLs given: the gateway.
+
 Builds a LiveSession (scraping, recording) with a RampDriver and runs it headless or in the TUI.
 Exit 2 for bad usage or a bad dataset file (before any request is sent); 3 when no server
 answered at all.
@@ -14,8 +19,8 @@ from pathlib import Path
 from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
-    arms_from_args, load_workload, ramp_driver, require_an_answer, require_loopback_or_yes, run_front_end,
-    start_metrics,
+    arms_from_args, gateway_fleets, load_workload, ramp_driver, require_an_answer, require_loopback_or_yes,
+    run_front_end, start_metrics,
 )
 
 
@@ -36,13 +41,17 @@ def run(args) -> int:
     plan = plan_from_args(args)
     require_loopback_or_yes(arms, args.yes)
     workload = load_workload(plan)  # a bad dataset is exit 2 before anything is sent
+    # A gateway is loaded as one arm; its workers are the servers watched (GETs only).
+    watched, fleets = gateway_fleets(arms, discover=not getattr(args, "no_discover", False),
+                                     metrics_url=getattr(args, "gateway_metrics", None), strict=False)
 
     from specmon.session.live import LiveSession
 
     consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     ramp = ramp_driver(arms, plan, workload)
-    live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
-                       isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers)
+    live = LiveSession(watched, interval=args.interval, out_dir=Path(args.out) if args.out else None,
+                       isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers,
+                       fleets=fleets)
     run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
-    require_an_answer(live, arms)
+    require_an_answer(live, watched)
     return 0

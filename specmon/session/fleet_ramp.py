@@ -100,6 +100,7 @@ class FleetRamp:
                     labelled = label_knee(levels, arm, at, k.definition)
                     levels[next(j for j, x in enumerate(levels) if x.level == at)] = labelled
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency,
-                                detail=f"worker {arm}: {k.detail}", resolved=k.values.get("resolved"),
+                                detail=f"worker {arm}: " + k.detail.replace("5% of C", "5% of its share of C"),
+                                resolved=k.values.get("resolved"),
                                 knee_level=at, confirmed_level=r.level))
         self.knees[arm] = knees_summary(levels)

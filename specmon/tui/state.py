@@ -81,6 +81,9 @@ class ArmState:
     fleet: Optional[str] = None  # the gateway / Prometheus fleet it was discovered in
     role: Optional[str] = None
     left: bool = False  # a fleet's worker that has left: kept in the record, no longer shown
+    # watched: scraped, listed at the start or by its fleet. An arm only the ramp names (a gateway
+    # the ramp loads while its workers are watched) has levels but no panel.
+    watched: bool = False
     samples_seen: int = 0
 
     def __post_init__(self) -> None:
@@ -137,6 +140,7 @@ class SessionState:
         self.fleet_notes: list[FleetChanged] = []
         for name, url in arm_urls or []:
             self.arm(name).url = url
+            self.arms[name].watched = True
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -149,9 +153,10 @@ class SessionState:
             return arm_state
 
     def arm_names(self) -> list[str]:
-        """The arms to show, in order of appearance (workers that left a fleet are not)."""
+        """The arms to show, in order of appearance (workers that left a fleet are not, nor an
+        arm only the ramp names: a gateway it loads)."""
         with self.lock:
-            return [name for name, a in self.arms.items() if not a.left]
+            return [name for name, a in self.arms.items() if a.watched and not a.left]
 
     def series(self, arm: str, key: str) -> list[Optional[float]]:
         with self.lock:
@@ -191,6 +196,7 @@ class SessionState:
         arm_state = self.arm(spec.name)
         arm_state.url = arm_state.url or public_url(spec.url)
         arm_state.fleet, arm_state.role, arm_state.left = spec.fleet, spec.role, False
+        arm_state.watched = True
 
     def _on_FleetChanged(self, ev: FleetChanged) -> None:
         for spec in ev.added:
@@ -212,6 +218,7 @@ class SessionState:
             self.host = ev.host
         for s in ev.samples:
             arm_state = self.arm(s.arm)
+            arm_state.watched = True
             arm_state.last = s
             arm_state.samples_seen += 1
             for key in SERIES:
@@ -220,16 +227,19 @@ class SessionState:
 
     def _on_ArmInfoUpdated(self, ev: ArmInfoUpdated) -> None:
         arm_state = self.arm(ev.arm)
+        arm_state.watched = True
         arm_state.info = ev.info
         arm_state.info_source = ev.source
 
     def _on_ArmPhase(self, ev: ArmPhase) -> None:
         arm_state = self.arm(ev.arm)
+        arm_state.watched = True
         arm_state.phase = ev.phase
         arm_state.phase_detail = ev.detail
 
     def _on_LogLine(self, ev: LogLine) -> None:
         arm_state = self.arm(ev.arm)
+        arm_state.watched = True
         arm_state.logs.append(ev.line)
         arm_state.log_total += 1
 
