@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional, Sequence
 from specmon import __version__
 from specmon.errors import ServerError, UsageError
 from specmon.plan import (
-    MAX_INTERVAL_S, check_category, check_count, check_levels, check_positive, check_seconds, check_seed,
-    check_tokens,
+    ARRIVALS, MAX_BURSTINESS, MAX_LEVEL, MAX_PREFIX_GROUPS, MAX_RATE, MAX_TURNS, check_category, check_count,
+    check_levels, check_positive, check_rates, check_seconds, check_seed, check_share, check_tokens, MAX_INTERVAL_S,
 )
 
 EXIT_OK = 0
@@ -101,6 +101,13 @@ _interval = _typed(_float, lambda s: check_seconds(s, most=MAX_INTERVAL_S), "sec
 _speed = _typed(_float, lambda x: check_positive(x, most=1e6), "speed")
 _positive = _typed(_float, check_positive, "number")
 _positives = _typed(_float_list, lambda xs: [check_positive(x) for x in xs], "numbers")
+_rates = _typed(_float_list, check_rates, "rates")
+_burstiness = _typed(_float, lambda x: check_positive(x, most=MAX_BURSTINESS), "burstiness")
+_cap = _typed(_int, lambda n: check_count(n, MAX_LEVEL), "count")
+_groups = _typed(_int, lambda n: check_count(n, MAX_PREFIX_GROUPS), "count")
+_turns = _typed(_int, lambda n: check_count(n, MAX_TURNS), "count")
+_share = _typed(_float, check_share, "share")
+_max_level = _typed(_float, lambda x: check_positive(x, most=max(MAX_LEVEL, MAX_RATE)), "level")
 
 
 def _check_port(n: int) -> int:
@@ -155,6 +162,32 @@ def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None
     p.add_argument("--settle", type=_seconds_or_zero, default=None,
                    help="seconds at the start of a level left out of its statistics")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache between levels")
+    w = p.add_argument_group("workload shape")
+    w.add_argument("--shared-prefix-len", type=_tokens, default=None, metavar="L",
+                   help="the first L of each prompt's --input-len tokens are a system prompt shared by its group")
+    w.add_argument("--prefix-groups", type=_groups, default=None, metavar="G",
+                   help="how many different system prompts (default 1)")
+    w.add_argument("--zipf", type=_float, default=None, metavar="S",
+                   help="group popularity Zipf exponent (default 1; 0 = uniform)")
+    w.add_argument("--turns", type=_turns, default=None, metavar="T",
+                   help="multi-turn conversations: each turn resends the history plus a new user message")
+    w.add_argument("--think-time", type=_seconds_or_zero, default=None, metavar="S",
+                   help="seconds a stream waits between two turns (the arm's seconds)")
+    o = p.add_argument_group("open-loop rate levels")
+    o.add_argument("--rates", type=_rates, default=None, metavar="R,R,...",
+                   help="request rates per arm (req/s), one level each, instead of --levels")
+    o.add_argument("--arrival", choices=ARRIVALS, default=None, help="arrival process (default poisson)")
+    o.add_argument("--burstiness", type=_burstiness, default=None, metavar="K",
+                   help="with --arrival gamma: its shape (1 = Poisson, < 1 burstier)")
+    o.add_argument("--max-concurrency", type=_cap, default=None, metavar="N",
+                   help="at most N requests in flight per arm (the rest wait, counted in the backlog)")
+    s = p.add_argument_group("SLO search")
+    s.add_argument("--search", action="store_true",
+                   help="find the highest level meeting --slo-ttft/--slo-tpot (doubling, then bisection)")
+    s.add_argument("--attainment", type=_share, default=None, metavar="A",
+                   help="the share of requests that must meet the SLOs, as a Wilson lower 95%% bound (default 0.9)")
+    s.add_argument("--max-level", type=_max_level, default=None, metavar="N",
+                   help="the highest concurrency (or rate) the search tries")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take every URL as one SGLang server (a gateway's workers are not watched)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
-    _add_ramp_options(p, levels_required=True)
+    _add_ramp_options(p, levels_required=False)  # or --rates, or --search: the plan says which is missing
     _add_slo_options(p)
     _add_metrics_options(p)
 

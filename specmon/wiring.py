@@ -166,8 +166,7 @@ def load_workload(plan: RampPlan) -> "Workload":
     Bad lines are named on stderr (the first few) and counted."""
     from specmon.load.workload import Workload
 
-    workload = Workload(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer,
-                        dataset=plan.dataset, category=plan.category)
+    workload = Workload.from_plan(plan)
     skipped = workload.skipped
     for warning in skipped[:_SKIPPED_SHOWN]:
         print(f"specmon: warning: skipped {warning}", file=sys.stderr)

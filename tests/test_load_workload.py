@@ -251,3 +251,23 @@ def test_workload_from_plan_carries_the_shape():
     assert (w.shared_prefix_len, w.prefix_groups, w.zipf, w.turns) == (256, 4, 0.5, 2)
     assert w.describe() == {"kind": "input_ids", "input_len": 512, "seed": 42, "shared_prefix_len": 256,
                             "prefix_groups": 4, "zipf": 0.5, "turns": 2}
+
+
+def test_arrival_times_are_seeded_with_the_asked_rate_and_burstiness():
+    from itertools import islice
+    from statistics import mean, pstdev
+
+    from specmon.load.workload import arrival_times
+
+    def gaps(kind, burstiness=1.0, seed=1, level=0, n=4000):
+        ts = list(islice(arrival_times(kind, 4.0, seed, level, burstiness), n))
+        return [b - a for a, b in zip([0.0] + ts, ts)]
+
+    const = gaps("constant")
+    assert const[0] == 0.25 and max(const) - min(const) < 1e-9
+    for kind, burst, cv in (("poisson", 1.0, 1.0), ("gamma", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)):
+        g = gaps(kind, burst)
+        assert mean(g) == pytest.approx(0.25, rel=0.08)                  # 4 requests per second
+        assert pstdev(g) / mean(g) == pytest.approx(cv, rel=0.12)        # CV = 1 / sqrt(shape)
+    assert gaps("poisson") == gaps("poisson")                           # every arm, every run
+    assert gaps("poisson", level=1) != gaps("poisson") and gaps("poisson", seed=2) != gaps("poisson")

@@ -38,6 +38,9 @@ Definitions (every "unknown" is None, never 0):
   not apply, and "queued > 5 % of C" is judged against the requests the client held in flight.
   Whether the backlog grew through the level is backlog_trend's call (the ramp cuts such a level
   short and marks it over_saturation; never a steady state).
+- Multi-turn levels with think time: `idle_s` is the stream-seconds inside W that streams spent
+  thinking between two turns (they hold no request on purpose). The closed-loop checks and
+  Little's law use the streams that were not thinking, C - idle_s / |W|, in place of C.
 - SLO attainment (D3, only when slo_ttft_s or slo_tpot_s is given): the in-window
   requests that were not cancelled are judged (slo_n); one meets the SLOs (slo_met) when it
   succeeded and its TTFT <= slo_ttft_s and its TPOT <= slo_tpot_s (a bound that is None is not
@@ -112,7 +115,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
                  scale: float = 1.0, max_running: Optional[int] = None,
                  queue_hist: Optional[Histogram] = None, slo_ttft_s: Optional[float] = None,
                  slo_tpot_s: Optional[float] = None, offered_rate: Optional[float] = None,
-                 server_cache: Optional[dict[str, float]] = None) -> LevelResult:
+                 server_cache: Optional[dict[str, float]] = None, idle_s: float = 0.0) -> LevelResult:
     r = LevelResult(arm=arm, level=level, offered_concurrency=offered, offered_rate=offered_rate)
     r.duration_s = (level_t1 - level_t0) * scale
     r.ok = sum(1 for o in outcomes if o.status == "ok")
@@ -246,8 +249,10 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     done_in = [o for o in outcomes if o.status == "ok" and o.t_end is not None and o.t_sent_wall is not None
                and window.t0 <= o.wall(o.t_end) < window.t1]
     e_wall = mean((o.t_end - o.t_sent) for o in done_in)
-    if offered_rate is None and W > 0 and done_in and e_wall:
-        r.littles_law_ratio = (len(done_in) / W) * e_wall / offered
+    # The streams that were not thinking between turns, on average over W (all C without turns).
+    held = max(offered - idle_s / W, 0.0) if W > 0 and idle_s > 0 else float(offered)
+    if offered_rate is None and W > 0 and done_in and e_wall and held > 0:
+        r.littles_law_ratio = (len(done_in) / W) * e_wall / held
     r.per_user_tok_s = ratio(r.output_tok_s, r.achieved_concurrency)
 
     r.valid, r.invalid_reason = True, None
@@ -267,15 +272,15 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     server_seen = mean(both)
     eps = 0.0
     if r.ttft_mean_s is not None and r.e2e_mean_s:
-        eps = offered * max(r.ttft_mean_s - (r.queue_time_mean_s or 0.0), 0.0) / r.e2e_mean_s
+        eps = held * max(r.ttft_mean_s - (r.queue_time_mean_s or 0.0), 0.0) / r.e2e_mean_s
     # A sped-up simulator timed by its own stamps: the rest of each request's wall span (the wire,
     # both HTTP stacks, this client's loop), magnified by the speed, is held by neither gauge
     # either. Little's law again: C x (client span - server span) / client span.
     wire = [(o.e2e * scale - e2e, o.e2e * scale) for o, (_, e2e, how) in zip(ok_in, timed)
             if how == "server" and e2e is not None and o.e2e]
     if wire:
-        eps += offered * max(sum(w for w, _ in wire), 0.0) / sum(span for _, span in wire)
-    expected = offered - eps
+        eps += held * max(sum(w for w, _ in wire), 0.0) / sum(span for _, span in wire)
+    expected = held - eps
     # One request of slack on top: a prefill report (SGLang writes the gauges after every prefill
     # batch) counts the running batch *before* its new sequences join, so with short requests and
     # frequent arrivals the gauge reads one low for a good part of the level (at C=3 that is 33%).
@@ -290,12 +295,13 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
                       f"{len(both)} server samples; too short to tell who limited it")
         r.note = short_note
     if (judged and server_seen is not None and server_seen < SERVER_SEEN_MIN * expected - 1.0
-            and (client_inflight is None or client_inflight >= 0.9 * offered)):
+            and (client_inflight is None or client_inflight >= 0.9 * held)):
         reasons.append(f"server reported {server_seen:.1f} running+queued (mean of {len(both)} samples) where "
                        f"{expected:.1f} were expected ({offered} offered, {eps:.1f} in prefill or on the wire) while the client "
                        f"held {client_inflight:.1f}: the client is the bottleneck")
-    elif judged and client_inflight is not None and client_inflight < 0.9 * offered and r.ok > 0:
-        reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight")
+    elif judged and client_inflight is not None and client_inflight < 0.9 * held and r.ok > 0:
+        thinking = f" ({offered - held:.1f} thinking between turns)" if held < offered else ""
+        reasons.append(f"client held only {client_inflight:.1f} of {offered} in flight{thinking}")
     # Counting completions in W is off by up to one per stream at W's edges, i.e. by C / N
     # relative: the tolerance grows by that much, so short levels do not fail on edge noise.
     long_enough = e_wall is not None and W >= 3 * e_wall

@@ -1,6 +1,10 @@
 """`specmon ramp URL... --levels 10,20,40 [...] [--headless]`: drive a closed-loop concurrency
 ramp against servers that are already running (this sends generation traffic: only when asked,
-and to a server that is not on this machine only with --yes).
+and to a server that is not on this machine only with --yes). `--rates 1,2,4 [--arrival
+poisson|constant|gamma] [--burstiness K] [--max-concurrency N]`: open-loop rate levels instead;
+`--slo-ttft S [--slo-tpot S] --search [--attainment 0.9] [--max-level N]`: an SLO search (one
+server). `--shared-prefix-len L --prefix-groups G [--zipf S]`, `--turns T [--think-time S]`:
+the workload's shape (specmon/plan.py, load/workload.py).
 
 A URL that is a gateway (smg) is ramped as one arm (the load goes to the gateway, which routes
 it) while every worker it lists is watched, as `attach` watches them (`--gateway-metrics URL`;
@@ -26,12 +30,16 @@ from specmon.wiring import (
 
 def plan_from_args(args) -> RampPlan:
     """The plan the flags ask for, validated (UsageError naming the flag)."""
-    values = {"levels": list(args.levels), "dataset": args.dataset, "category": args.category,
-              "tokenizer": args.tokenizer, "flush_cache": bool(args.flush_cache),
-              "slo_ttft_s": args.slo_ttft, "slo_tpot_s": args.slo_tpot}
+    values = {"levels": list(args.levels) if args.levels is not None else None, "dataset": args.dataset,
+              "category": args.category, "tokenizer": args.tokenizer, "flush_cache": bool(args.flush_cache),
+              "slo_ttft_s": args.slo_ttft, "slo_tpot_s": args.slo_tpot, "search": bool(args.search)}
     given = {"input_len": args.input_len, "output_len": args.output_len, "seed": args.seed,
              "level_duration_s": args.level_duration, "requests_per_level": args.requests_per_level,
-             "settle_s": args.settle}
+             "settle_s": args.settle, "shared_prefix_len": args.shared_prefix_len,
+             "prefix_groups": args.prefix_groups, "zipf": args.zipf, "turns": args.turns,
+             "think_time_s": args.think_time, "rates": args.rates, "arrival": args.arrival,
+             "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
+             "attainment": args.attainment, "max_level": args.max_level}
     values.update({k: v for k, v in given.items() if v is not None})  # the rest: the plan's defaults
     return build_plan(values)
 

@@ -102,6 +102,13 @@ class RequestOutcome:
     # No answer at all (not even a status line): "connection refused", "connection reset", ...
     no_answer: Optional[str] = None
     cut_mid_response: bool = False  # the connection closed after the status line, before the end
+    # Multi-turn conversations: the turn this request is (1 = the first; None: single-turn), and,
+    # when keep_output, the answer's output_ids and text from its final event (the next turn
+    # resends them; the ramp drops them once it has).
+    turn: Optional[int] = None
+    keep_output: bool = False
+    output_ids: Optional[list[int]] = None
+    output_text: Optional[str] = None
 
     # -- derived, in wall seconds -------------------------------------------------------------
     def wall(self, perf_stamp: float) -> float:
@@ -167,6 +174,7 @@ class RequestOutcome:
         verify = meta.get("spec_verify_ct")
         accept = out / verify if (out and isinstance(verify, (int, float)) and verify > 0) else None
         qt = meta.get("queue_time")
+        cached = meta.get("cached_tokens")
         return RequestRecord(
             arm=arm, level=level, offered_concurrency=offered, request_id=self.request_id,
             t_scheduled=self.t_scheduled_wall,
@@ -180,6 +188,8 @@ class RequestOutcome:
             # Server-side durations are already in the server's (simulated) seconds: not rescaled.
             queue_time_s=float(qt) if isinstance(qt, (int, float)) else None,
             chunks=self.events, in_window=in_window, status=self.status, error=self.error,
+            cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
+            turn=self.turn,
         )
 
 
@@ -497,6 +507,10 @@ class GenerateClient:
             try:
                 final = json.loads(last_event)
                 meta = final.get("meta_info") or {}
+                if outcome.keep_output:
+                    ids, text = final.get("output_ids"), final.get("text")
+                    outcome.output_ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
+                    outcome.output_text = text if isinstance(text, str) else None
                 outcome.final_meta = trusted_meta(meta)
                 if isinstance(meta.get("completion_tokens"), int):
                     outcome.completion_tokens = meta["completion_tokens"]

@@ -482,3 +482,26 @@ def _turn_key(index: int, turn: int) -> int:
     """A prompt index for turn `turn` of conversation `index` (text prompts), apart from every
     first-turn index a run reaches."""
     return -(index * 1_000 + turn)
+
+
+# --------------------------------------------------------------------------------------------
+# Open-loop arrivals
+
+
+def arrival_times(kind: str, rate: float, seed: int, level: int, burstiness: float = 1.0):
+    """Seeded arrival offsets (seconds of the arm's time from the level's start) of requests
+    offered at `rate` per second, without end: "poisson" (exponential gaps), "constant" (1/rate),
+    "gamma" (gaps Gamma(shape=burstiness, scale=1/(rate x burstiness)): the mean gap is 1/rate;
+    burstiness 1 is Poisson, below 1 burstier, above 1 more even). The same seed and level give
+    the same times on every arm and run."""
+    rng = random.Random(f"specmon-arrivals/{seed}/{level}")
+    t = 0.0
+    while True:
+        if kind == "constant":
+            gap = 1.0 / rate
+        elif kind == "gamma":
+            gap = rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        else:
+            gap = rng.expovariate(rate)
+        t += gap
+        yield t

@@ -1,4 +1,5 @@
-"""RampDriver: a closed-loop concurrency ramp against every arm at once.
+"""RampDriver: a closed-loop concurrency ramp (or open-loop rate levels, or an SLO search)
+against every arm at once.
 
 For each level C (plan.levels): every arm gets exactly C streams, each sending its next request
 as soon as the previous one ends (closed loop), for plan.level_duration_s or until
@@ -34,6 +35,25 @@ Marker says why, and that arm gets no more requests for the rest of the ramp (`d
 command exits 2). A server that stopped answering is named in the level's reason ("server at URL
 stopped answering: connection refused"), never the client; an arm whose server is gone when the
 ramp ends is in `gone` (the command exits 3).
+
+Multi-turn conversations (plan.turns > 1): each stream runs one conversation at a time (load/
+workload.py Conversation: each turn resends the history, the server's reply included), waits
+plan.think_time_s between two turns (the time it thinks is handed to the level's statistics,
+which count only the streams not thinking), and starts the next conversation when one ends.
+
+Open-loop levels (plan.rates): level i offers rates[i] requests per second per arm, at seeded
+arrival times (load/workload.py arrival_times; recorded per request as t_scheduled), each sent
+when it is due whatever is in flight, at most plan.max_concurrency at once (the rest wait for a
+slot, still counted in the backlog). Once the window has run half its length, the backlog
+(arrived and not finished) over the second half of what ran so far is checked every poll
+(analysis/levels.py backlog_trend); when it grows, the arm is over-saturated: its level is cut
+short there (requests in flight and waiting cancelled), marked knee = over_saturation with the
+trend in its note, and never taken for a steady state (not valid). A level that ran its course
+is checked once more over its window's second half.
+
+SLO search (plan.search, one arm): the levels are chosen as the ramp goes by
+analysis/search.py's policy (double, then bisect on the Wilson lower bound of SLO attainment);
+the search's state travels in the arm's KneesSummary.search.
 """
 
 from __future__ import annotations
@@ -48,10 +68,12 @@ from typing import Any, Optional, Sequence
 from specmon.analysis.knee import (
     knee_level, knees_summary, label_knee, plateau_knee, queue_share, queueing_knee, queueing_ttft,
 )
-from specmon.analysis.levels import Window, level_result
+from specmon.analysis.levels import BacklogTrend, Window, backlog_trend, level_result
+from specmon.analysis.search import level_meets, search_step
+from specmon.errors import UsageError
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
-from specmon.load.workload import Workload
+from specmon.load.workload import Workload, arrival_times
 from specmon.model import (
     ArmSpec, KneeCalled, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished,
     RampPlan, RampStarted, RequestFinished,
@@ -59,7 +81,7 @@ from specmon.model import (
 from specmon.session.fleet_ramp import FleetRamp
 from specmon.session.folder import public_url
 from specmon.session.source import Emit, RampHost
-from specmon.sources.derive import histogram_delta
+from specmon.sources.derive import cache_counter_deltas, histogram_delta
 from specmon.sources.prom import Histogram, MetricsSnapshot
 
 INFO_WAIT_S = 20.0
@@ -166,16 +188,42 @@ class _LevelState:
         self.notices: collections.deque[str] = collections.deque()
         self.wake: Optional[Any] = None
         self.woken = False
+        # Multi-turn: per arm, the (start, end) wall spans streams spent thinking between turns.
+        self.think: dict[str, list[tuple[float, float]]] = {a: [] for a in arms}
+        # Open-loop levels: when the schedule ends (wall), per arm when it stopped issuing, the
+        # event (on the load loop) that cuts it short, and the backlog trend that marked it.
+        self.planned_t1: Optional[float] = None
+        self.arm_stop: dict[str, float] = {}
+        self.cut: dict[str, asyncio.Event] = {}
+        self.saturated: dict[str, BacklogTrend] = {}
+
+
+def _backlog_spans(outcomes: Sequence[RequestOutcome]) -> list[tuple[float, Optional[float]]]:
+    """(arrival, end) wall stamps of an open-loop level's requests (end None: not finished);
+    a request cancelled before it was sent left no backlog."""
+    spans = []
+    for o in list(outcomes):  # the load thread appends meanwhile: a copy
+        if o.t_end is not None and o.t_sent is not None:
+            spans.append((o.t_scheduled_wall, o.wall(o.t_end)))
+        elif o.t_end is None and o.status != "cancelled":
+            spans.append((o.t_scheduled_wall, None))
+    return spans
+
+
+def _in_flight(outcomes: Sequence[RequestOutcome]) -> int:
+    return sum(1 for o in list(outcomes) if o.t_end is None and o.status != "cancelled")
 
 
 class RampDriver:
     def __init__(self, arms: Sequence[ArmSpec], plan: RampPlan, *, workload: Optional[Workload] = None):
-        if not plan.levels:
-            raise ValueError("RampPlan.levels is empty")
+        if not plan.steps and not plan.search:
+            raise ValueError("RampPlan has no levels")
+        if plan.search and len(arms) > 1:
+            raise UsageError(f"--search: one server at a time (each needs its own levels), got {len(arms)}")
         self.arms = list(arms)
         self.plan = plan
-        self.workload = workload or Workload(input_len=plan.input_len, seed=plan.seed, tokenizer=plan.tokenizer,
-                                             dataset=plan.dataset, category=plan.category)
+        self.workload = workload or Workload.from_plan(plan)
+        self._search_next: Optional[float] = None  # the level the SLO search asked for next
         self.results: dict[str, list[LevelResult]] = {a.name: [] for a in self.arms}
         self.knees: dict[str, KneesSummary] = {}
         self.scales: dict[str, float] = {}
@@ -217,7 +265,9 @@ class RampDriver:
     async def run(self, emit: Emit, live: RampHost) -> str:
         self._load = load = LoadLoop()
         load.start_lag_probe()
-        top = max(self.plan.levels)
+        plan = self.plan
+        top = (plan.max_concurrency or 1) if plan.open_loop else (
+            int(plan.search_max) if plan.search else max(plan.levels))
         clients: dict[str, GenerateClient] = {}
         reason = "done"
         try:
@@ -225,12 +275,18 @@ class RampDriver:
                 clients[arm.name] = await load.submit(self._make_client(arm, top))
             await self._read_scales(live)
             emit(RampStarted(plan=self.plan, time_scale=dict(self.scales), workload=self.workload.describe()))
-            for i, c in enumerate(self.plan.levels):
-                await self._run_level(i, c, clients, emit, live)
+            i = 0
+            step = search_step([], start=plan.search_start, max_level=plan.search_max, rates=plan.open_loop,
+                               target=plan.attainment)[0] if plan.search else plan.steps[0]
+            while step is not None:
+                c, rate = (plan.max_concurrency or 0, float(step)) if plan.open_loop else (int(step), None)
+                await self._run_level(i, c, clients, emit, live, rate=rate)
                 if len(self.denied) == len(self.arms):
                     reason = "stopped: every server refused the credentials"
                     break
-                if i < len(self.plan.levels) - 1:
+                step = self._search_next if plan.search else (
+                    plan.steps[i + 1] if i + 1 < len(plan.steps) else None)
+                if step is not None:
                     await live.between_levels(i, self.plan.restart_between_levels)
                     if self.plan.flush_cache:
                         for arm in self.arms:
@@ -239,6 +295,7 @@ class RampDriver:
                             err = await load.submit(clients[arm.name].flush_cache())
                             if err:
                                 live.mark(f"flush_cache {arm.name} failed: {err}")
+                i += 1
         except asyncio.CancelledError:
             reason = "cancelled"
             emit(RampFinished(reason=reason))
@@ -291,12 +348,13 @@ class RampDriver:
     def _wall(self, arm_seconds: float) -> float:
         return arm_seconds / self._pace()
 
-    async def _run_level(self, i: int, c: int, clients: dict[str, GenerateClient], emit: Emit, live: RampHost) -> None:
+    async def _run_level(self, i: int, c: int, clients: dict[str, GenerateClient], emit: Emit, live: RampHost,
+                         rate: Optional[float] = None) -> None:
         plan = self.plan
-        live.set_level(i, c)
+        live.set_level(i, c if rate is None else None)
         self._skip.clear()
         emit(LevelStarted(level=i, offered_concurrency=c, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
-                          levels_total=len(plan.levels)))
+                          levels_total=len(plan.steps), offered_rate=rate))
         level = _LevelState([a.name for a in self.arms])
         for client in clients.values():
             await self._load.submit(client.drop_idle())  # idle since the last level: maybe closed
@@ -314,7 +372,8 @@ class RampDriver:
             loop.call_soon_threadsafe(drain)
 
         level.wake = wake
-        fut = self._load.submit(self._level_on_load_loop(i, c, level, clients))
+        fut = self._load.submit(self._level_on_load_loop(i, c, level, clients) if rate is None
+                                else self._rate_level_on_load_loop(i, rate, level, clients))
         opened: Optional[dict[str, Any]] = None  # each arm's /metrics scrape when the window opened
         while not fut.done():
             try:
@@ -326,26 +385,37 @@ class RampDriver:
                 opened = {a.name: live.newest_metrics(a.name) for a in self.arms}
                 self.fleet.window_opened(live)
             drain()
+            in_flight = {}
+            if rate is not None:
+                self._watch_backlog(level, rate, live)
+                in_flight = {a.name: _in_flight(level.outcomes[a.name]) for a in self.arms}
             elapsed = (time.time() - level.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
-                               done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed)))
+                               done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed), in_flight=in_flight))
         level.wake = None
         fut.result()
         drain()
         t_end = time.time()
         results = []
         for arm in self.arms:
-            window = Window(level.window_t0, level.t_stop or t_end)
+            stopped = level.arm_stop.get(arm.name) or level.t_stop or t_end  # a cut arm stopped early
+            window = Window(level.window_t0, stopped)
             if window.length <= 0:
-                window = Window(level.t0, level.t_stop or t_end)  # level shorter than its settle: use all of it
+                window = Window(level.t0, stopped)  # level shorter than its settle: use all of it
             info = live.info(arm.name)
-            r = level_result(arm.name, i, c, level.outcomes[arm.name], window, level.t0, level.t_stop or t_end,
+            think = sum(max(0.0, min(b, window.t1) - max(a, window.t0)) for a, b in level.think[arm.name])
+            r = level_result(arm.name, i, c, level.outcomes[arm.name], window, level.t0, stopped,
                              live.samples_for(arm.name, window.t0, window.t1),
                              scale=self._scale(arm.name, level.outcomes[arm.name]),
                              max_running=info.max_running_requests if info is not None else None,
                              queue_hist=_window_histogram((opened or {}).get(arm.name), live.newest_metrics(arm.name),
                                                           "queue_time_seconds"),
-                             slo_ttft_s=plan.slo_ttft_s, slo_tpot_s=plan.slo_tpot_s)
+                             slo_ttft_s=plan.slo_ttft_s, slo_tpot_s=plan.slo_tpot_s, offered_rate=rate,
+                             server_cache=cache_counter_deltas((opened or {}).get(arm.name),
+                                                               live.newest_metrics(arm.name)),
+                             idle_s=think)
+            if rate is not None:
+                self._over_saturation(arm.name, r, level, window, live)
             if level.paused_during:  # the window holds idle time: its rates and shares mean nothing
                 r.valid = False
                 r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
@@ -400,9 +470,53 @@ class RampDriver:
 
     def _eta(self, i: int, elapsed: float) -> Optional[float]:
         d = self.plan.level_duration_s
-        if self.plan.requests_per_level or not d:
+        if self.plan.requests_per_level or not d or self.plan.search:  # a search does not know its levels
             return None
-        return max(d - elapsed, 0.0) + d * (len(self.plan.levels) - i - 1)
+        return max(d - elapsed, 0.0) + d * (len(self.plan.steps) - i - 1)
+
+    def _watch_backlog(self, level: _LevelState, rate: float, live: RampHost) -> None:
+        """On the session's loop, every poll of an open-loop level: once its window has run half
+        its planned length, an arm whose backlog grew over the second half of what ran so far is
+        cut short (the load loop cancels what it holds) and said so in a mark."""
+        now = time.time()
+        t1 = level.planned_t1
+        if t1 is None or now >= t1 or now <= level.window_t0:
+            return
+        if now - level.window_t0 < 0.5 * (t1 - level.window_t0):
+            return
+        for spec in self.arms:
+            arm = spec.name
+            cut = level.cut.get(arm)
+            if cut is None or arm in level.saturated or arm in self.denied:
+                continue
+            start = level.window_t0 + (now - level.window_t0) / 2
+            trend = backlog_trend(_backlog_spans(level.outcomes[arm]), start, now, scale=self._record_scale(arm))
+            if trend is not None and trend.growing:
+                level.saturated[arm] = trend
+                level.arm_stop[arm] = now
+                self._load.loop.call_soon_threadsafe(cut.set)
+                live.mark(f"{arm}: over-saturated at {rate:g} req/s: {trend.detail}; level cut short")
+
+    def _over_saturation(self, arm: str, r: LevelResult, level: _LevelState, window: Window, live: RampHost) -> None:
+        """Mark an open-loop level whose backlog grew (cut short live, or found over the second
+        half of its window at its end): knee over_saturation, the trend in its note, not valid."""
+        trend = level.saturated.get(arm)
+        cut = trend is not None
+        if trend is None:
+            mid = window.t0 + window.length / 2
+            trend = backlog_trend(_backlog_spans(level.outcomes[arm]), mid, window.t1, scale=self._record_scale(arm))
+            if trend is None or not trend.growing:
+                return
+            live.mark(f"{arm}: over-saturated at {r.offered_rate:g} req/s: {trend.detail}")
+        wall = window.t1 - level.t0  # the level's own figures' scale: duration_s is in the arm's seconds
+        ran = r.duration_s if r.duration_s is not None else wall
+        planned = ran * ((level.planned_t1 or window.t1) - level.t0) / wall if wall > 0 else ran
+        r.knee = "over_saturation"
+        r.note = (f"backlog grew: {trend.detail}"
+                  + (f"; cut short after {ran:.0f} s of {planned:.0f} s" if cut else ""))
+        r.valid = False
+        r.invalid_reason = "over-saturated (" + trend.detail + ")" + (
+            f"; {r.invalid_reason}" if r.invalid_reason else "")
 
     def _scale(self, arm: str, outcomes: Sequence[RequestOutcome]) -> float:
         """Server seconds per wall second for this arm's records: the reported time_scale, or,
@@ -485,7 +599,14 @@ class RampDriver:
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency, detail=k.detail,
                                 resolved=k.values.get("resolved"), knee_level=at, confirmed_level=r.level))
         self.knees[arm] = knees_summary(levels, live.predicted(arm),
-                                        slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s)
+                                        slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s,
+                                        min_attainment=self.plan.attainment)
+        plan = self.plan
+        if plan.search:  # the policy names the next level from every level this arm ran
+            tried = [(x.offered, level_meets(x, plan.attainment)) for x in levels]
+            self._search_next, self.knees[arm].search = search_step(
+                tried, start=plan.search_start, max_level=plan.search_max, rates=plan.open_loop,
+                target=plan.attainment)
 
     # ---- on the load loop -------------------------------------------------------------------
     @staticmethod
@@ -498,6 +619,40 @@ class RampDriver:
                 level.wake()
             except RuntimeError:  # the session's loop is closed: the level's own end drains it
                 pass
+
+    def _account(self, level: _LevelState, arm: str, k: int, o: RequestOutcome, url: str,
+                 open_loop: bool = False) -> bool:
+        """After one request (on the load loop): the connection losses, refusals and denials it
+        tells of, then the hand-over of its row. False when it was a 401/403 (the arm is denied)."""
+        if o.status != "cancelled":
+            level.stream_lost[arm][k] = _lost_connection(o)
+        denial = _DENIALS.get(o.http_status) if o.status != "ok" else None
+        if denial is not None:
+            self._deny(level, arm, denial)
+            self._finished(level, arm, o)
+            return False
+        retries = "arrivals go on as scheduled" if open_loop else "its streams back off and retry"
+        if o.no_answer is not None:
+            level.no_answer[arm][o.no_answer] += 1
+            if sum(level.no_answer[arm].values()) == 1:
+                level.notices.append(f"{arm}: server at {url} gave no answer ({o.no_answer}); {retries}")
+        if o.http_status in _REFUSALS and o.status != "ok":
+            level.refused[arm][o.http_status] += 1
+            if sum(level.refused[arm].values()) == 1:
+                how = (f"Retry-After {o.retry_after_s:g} s (waits capped at {RETRY_AFTER_CAP_S:g} s)"
+                       if o.retry_after_s is not None else
+                       f"{BACKOFF_FIRST_S * 1000:g} ms doubling to {BACKOFF_MAX_S:g} s")
+                then = ("an open-loop level keeps its schedule (the refused requests count as failed)" if open_loop
+                        else f"each stream backs off ({how}) until it answers")
+                level.notices.append(f"{arm}: server answered {_STATUS_TEXT[o.http_status]}; {then}")
+        self._finished(level, arm, o)  # after the notices: one wake-up hands over both
+        return True
+
+    def _take_prompt(self, arm: str) -> int:
+        """The next prompt (conversation) index of this arm: every arm sends the same sequence."""
+        idx = self._next_prompt[arm]
+        self._next_prompt[arm] = idx + 1
+        return idx
 
     def _deny(self, level: _LevelState, arm: str, denial: str) -> None:
         """The first 401/403: the arm gets no more requests, for the rest of the ramp."""
@@ -525,9 +680,12 @@ class RampDriver:
                 pass
             return time.monotonic() - t
 
+        turns = plan.turns > 1
+
         async def worker(arm: str, k: int) -> None:
             client = clients[arm]
             backoff = Backoff()
+            conv = None  # multi-turn: this stream's conversation
             while not stop.is_set():
                 if arm in self.denied:  # 401/403: this arm gets nothing more
                     return
@@ -541,13 +699,19 @@ class RampDriver:
                 if plan.requests_per_level and level.t_stop is None and all(
                         n >= plan.requests_per_level for a, n in issued.items() if a not in self.denied):
                     level.t_stop = time.time()  # the last request is out: the level stops issuing now
-                idx = self._next_prompt[arm]
-                self._next_prompt[arm] = idx + 1
+                if turns:
+                    if conv is None or conv.done:
+                        conv = self.workload.conversation(self._take_prompt(arm))
+                    prompt = conv.next_prompt()
+                else:
+                    prompt = self.workload.prompt(self._take_prompt(arm))
                 o = RequestOutcome(request_id=f"{arm}-L{i}-{issued[arm]}", t_scheduled_wall=time.time(),
                                    t_scheduled=time.perf_counter())
+                if turns:
+                    o.turn, o.keep_output = conv.sent, True
                 level.outcomes[arm].append(o)
                 try:
-                    await client.generate(self.workload.prompt(idx), plan.output_len, o)
+                    await client.generate(prompt, plan.output_len, o)
                 except asyncio.CancelledError:
                     o.status, o.error = "cancelled", "level skipped or ramp stopped"
                     self._finished(level, arm, o)
@@ -555,31 +719,19 @@ class RampDriver:
                 except Exception as e:  # never let one request end the ramp
                     o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
                 level.done[arm] += 1
-                if o.status != "cancelled":
-                    level.stream_lost[arm][k] = _lost_connection(o)
-                denial = _DENIALS.get(o.http_status) if o.status != "ok" else None
-                if denial is not None:
-                    self._deny(level, arm, denial)
-                    self._finished(level, arm, o)
-                    return
-                if o.no_answer is not None:
-                    level.no_answer[arm][o.no_answer] += 1
-                    if sum(level.no_answer[arm].values()) == 1:
-                        level.notices.append(f"{arm}: server at {urls[arm]} gave no answer ({o.no_answer}); "
-                                             "its streams back off and retry")
-                if o.http_status in _REFUSALS and o.status != "ok":
-                    level.refused[arm][o.http_status] += 1
-                    if sum(level.refused[arm].values()) == 1:
-                        how = (f"Retry-After {o.retry_after_s:g} s (waits capped at {RETRY_AFTER_CAP_S:g} s)"
-                               if o.retry_after_s is not None else
-                               f"{BACKOFF_FIRST_S * 1000:g} ms doubling to {BACKOFF_MAX_S:g} s")
-                        level.notices.append(f"{arm}: server answered {_STATUS_TEXT[o.http_status]}; "
-                                             f"each stream backs off ({how}) until it answers")
-                self._finished(level, arm, o)  # after the notices: one wake-up hands over both
+                if turns:  # the next turn resends this answer; the outcome need not keep it
+                    conv.reply(o.status == "ok", o.output_ids, o.output_text, o.completion_tokens)
+                    o.output_ids = o.output_text = None
+                if not self._account(level, arm, k, o, urls[arm]):
+                    return  # 401/403: this arm gets nothing more
                 wait = backoff.after(o)
                 if wait > 0:
                     waited = await nap(wait)  # not `+= await`: that reads the sum before the wait
                     level.backoff_s[arm] += waited
+                elif turns and plan.think_time_s > 0 and not conv.done:
+                    t = time.time()  # the user reads the answer and types the next turn
+                    await nap(self._wall(plan.think_time_s))
+                    level.think[arm].append((t, time.time()))
 
         urls = {a.name: public_url(a.url) for a in self.arms}
         live_arms = [a.name for a in self.arms if a.name not in self.denied]
@@ -615,3 +767,102 @@ class RampDriver:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+
+    async def _rate_level_on_load_loop(self, i: int, rate: float, level: _LevelState,
+                                       clients: dict[str, GenerateClient]) -> None:
+        """An open-loop level: per arm, requests sent at seeded arrival times offering `rate` per
+        second of the arm's time, at most plan.max_concurrency in flight (the rest wait for a
+        slot); the schedule ends after the level's duration or requests_per_level arrivals. An
+        arm cut short (over-saturation, set from the session's loop) stops issuing and cancels
+        what it holds; a skip cancels everything; otherwise what is in flight finishes (drain)."""
+        plan = self.plan
+        level.t0 = time.time()
+        pace = self._pace()
+        level.window_t0 = level.t0 + plan.settle_s / pace
+        n_max = plan.requests_per_level
+        horizon = None if n_max else (plan.level_duration_s or 60.0)  # the arm's seconds
+        level.planned_t1 = level.t0 + (horizon if horizon is not None else n_max / rate) / pace
+        stop = asyncio.Event()
+        urls = {a.name: public_url(a.url) for a in self.arms}
+        live_arms = [a.name for a in self.arms if a.name not in self.denied]
+        for a in live_arms:
+            level.cut[a] = asyncio.Event()
+
+        async def send(arm: str, n: int, o: RequestOutcome, prompt, slots: Optional[asyncio.Semaphore]) -> None:
+            try:
+                if slots is None:
+                    await clients[arm].generate(prompt, plan.output_len, o)
+                else:
+                    async with slots:
+                        await clients[arm].generate(prompt, plan.output_len, o)
+            except asyncio.CancelledError:
+                o.status, o.error = "cancelled", "level cut short, skipped or ramp stopped"
+                self._finished(level, arm, o)
+                raise
+            except Exception as e:  # never let one request end the ramp
+                o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
+            level.done[arm] += 1
+            # "gone" is judged on the last 8 requests (an open loop has no streams of its own)
+            self._account(level, arm, n % 8, o, urls[arm], open_loop=True)
+
+        async def dispatch(arm: str) -> None:
+            slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
+            sends: set[asyncio.Task] = set()
+            cut = level.cut[arm]
+            paused_s = 0.0
+            n = 0
+            try:
+                for offset in arrival_times(plan.arrival, rate, plan.seed, i, plan.burstiness):
+                    if (n_max and n >= n_max) or (horizon is not None and offset >= horizon):
+                        break
+                    due = level.t0 + offset / pace + paused_s
+                    while not (stop.is_set() or cut.is_set() or arm in self.denied):
+                        if self._paused.is_set():  # the schedule waits with the level clock
+                            level.paused_during = True
+                            await asyncio.sleep(0.05)
+                            paused_s += 0.05
+                            due += 0.05
+                            continue
+                        delay = due - time.time()
+                        if delay <= 0:
+                            break
+                        await asyncio.sleep(min(delay, 0.05))
+                    if stop.is_set() or cut.is_set() or arm in self.denied:
+                        break
+                    n += 1
+                    o = RequestOutcome(request_id=f"{arm}-L{i}-{n}", t_scheduled_wall=due,
+                                       t_scheduled=time.perf_counter() + (due - time.time()))
+                    level.outcomes[arm].append(o)  # in the backlog from its arrival, slot or not
+                    task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
+                    sends.add(task)
+                    task.add_done_callback(sends.discard)
+                level.arm_stop.setdefault(arm, time.time())
+                level.streams[arm] = n  # requests sent (an open loop has no streams)
+                if cut.is_set():
+                    for t in list(sends):
+                        t.cancel()
+                await asyncio.gather(*list(sends), return_exceptions=True)  # drain (or the cancelled)
+            except asyncio.CancelledError:
+                for t in list(sends):
+                    t.cancel()
+                await asyncio.gather(*list(sends), return_exceptions=True)
+                raise
+
+        tasks = [asyncio.create_task(dispatch(a)) for a in live_arms]
+        try:
+            while not all(t.done() for t in tasks):
+                await asyncio.sleep(0.02)
+                if self._skip.is_set():
+                    level.t_stop = time.time()
+                    stop.set()
+                    for t in tasks:
+                        t.cancel()
+                    break
+            await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        if level.t_stop is None:
+            level.t_stop = max(level.arm_stop.values(), default=time.time())
