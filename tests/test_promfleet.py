@@ -183,9 +183,10 @@ def csv_rows(path: Path) -> tuple[list[str], list[dict]]:
 
 
 class Fleet:
-    def __init__(self, sims, frozen: FrozenExporter, prom: Prometheus):
-        self.sims, self.frozen, self.prom = sims, frozen, prom
+    def __init__(self, sims, dp, frozen: FrozenExporter, prom: Prometheus):
+        self.sims, self.dp, self.frozen, self.prom = sims, dp, frozen, prom
         self.busy, self.idle = sims[0], sims[1:]
+        self.all = 5  # every SGLang target: the 3 workers, the DP worker, the frozen one
 
 
 @pytest.fixture(scope="module")
@@ -194,14 +195,15 @@ def fleet() -> Iterator[Fleet]:
         pytest.skip("the prometheus binary is not installed (Debian: apt-get install -y prometheus)")
     with contextlib.ExitStack() as stack:
         sims = [stack.enter_context(start_sim("--enable-metrics", "--startup-s", "0.5", speed=1.0)) for _ in range(3)]
+        dp = stack.enter_context(start_sim("--enable-metrics", "--startup-s", "0.5", "--dp-size", "2", speed=1.0))
         frozen = FrozenExporter(SAMPLE_BODY)
         stack.callback(frozen.close)
-        prom = Prometheus({"sglang": [f"127.0.0.1:{s.port}" for s in sims],
+        prom = Prometheus({"sglang": [f"127.0.0.1:{s.port}" for s in sims], "dp": [f"127.0.0.1:{dp.port}"],
                            "relay": [f"127.0.0.1:{frozen.port}"]})
         stack.callback(prom.close)
         prom.start()
-        prom.wait_for('count(up{job="sglang"} == 1)', lambda r: r and r[0]["value"][1] == "3")
-        yield Fleet(sims, frozen, prom)
+        prom.wait_for('count(up == 1)', lambda r: r and r[0]["value"][1] == "5")
+        yield Fleet(sims, dp, frozen, prom)
 
 
 @needs_prometheus
@@ -261,7 +263,7 @@ async def test_three_workers_one_busy_each_with_its_own_figures(fleet: Fleet, tm
 
 @needs_prometheus
 async def test_a_worker_whose_values_stopped_is_stale_never_live(fleet: Fleet):
-    source = PrometheusFleet(fleet.prom.url, None, interval_s=1.0)  # every SGLang series: 4 workers
+    source = PrometheusFleet(fleet.prom.url, None, interval_s=1.0)  # every SGLang series
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -272,12 +274,31 @@ async def test_a_worker_whose_values_stopped_is_stale_never_live(fleet: Fleet):
             await asyncio.sleep(1.0)
     finally:
         await source.aclose()
-    assert reading.status.up and len(reading.workers) == 4
+    assert reading.status.up and len(reading.workers) == fleet.all
     assert frozen is not None and frozen.state == "stale" and not frozen.up
     assert frozen.stale_s > 2.0 and "not live" in frozen.reason and "every 1 s" in frozen.reason
     assert frozen.running_reqs == 47  # its last figures are kept, said to be old
     fresh = [s for name, s in reading.samples.items() if name != f":{fleet.frozen.port}"]
-    assert len(fresh) == 3 and all(s.state == "up" and s.stale_s < 2.0 for s in fresh)
+    assert len(fresh) == fleet.all - 1 and all(s.state == "up" and s.stale_s < 2.0 for s in fresh)
+
+
+@needs_prometheus
+async def test_a_data_parallel_worker_has_a_reading_per_rank(fleet: Fleet):
+    source = PrometheusFleet(fleet.prom.url, '{job="dp"}', interval_s=1.0)
+    try:
+        load = asyncio.create_task(generate_load(fleet.dp.url, 4, 6.0))
+        await asyncio.sleep(4.0)
+        reading = await source.poll()
+        assert await load > 2
+    finally:
+        await source.aclose()
+    [s] = reading.samples.values()
+    assert s.up and s.worker == f"127.0.0.1:{fleet.dp.port}" and s.role == "regular"
+    assert [r.dp_rank for r in s.ranks] == [0, 1]
+    assert all(r.kv_capacity_tokens and r.running_reqs is not None for r in s.ranks)
+    assert s.kv_capacity_tokens == sum(r.kv_capacity_tokens for r in s.ranks)  # one pool per rank
+    assert s.running_reqs == sum(r.running_reqs for r in s.ranks) >= 1
+    assert s.requests_finished_total >= 1 and s.gen_tok_s > 0
 
 
 @needs_prometheus
@@ -320,7 +341,7 @@ async def test_history_window_into_a_session_folder(fleet: Fleet, tmp_path: Path
     p = subprocess.run([sys.executable, "-m", "specmon", "replay", "--prometheus", fleet.prom.url, "--from", "-5s",
                         "--out", str(tmp_path / "rel"), "--headless"], cwd=str(REPO),
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and "4 worker(s)" in p.stderr, p.stderr
+    assert p.returncode == 0 and f"{fleet.all} worker(s)" in p.stderr, p.stderr
 
 
 @needs_prometheus
@@ -376,6 +397,12 @@ async def test_prometheus_killed_mid_session_then_back(tmp_path: Path):
                         break
                     await asyncio.sleep(0.5)
                 await asyncio.sleep(2.0)
+                # Then the worker itself goes: Prometheus cannot scrape it, and says why.
+                await asyncio.to_thread(sim.stop)
+                outage["worker_gone"] = time.time()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and "refused" not in (ticks(events)[-1].samples[0].reason or ""):
+                    await asyncio.sleep(0.5)
                 stop.set()
 
             await asyncio.gather(live.run(events.append, stop), chaos())
@@ -385,7 +412,8 @@ async def test_prometheus_killed_mid_session_then_back(tmp_path: Path):
     arm = f":{sim.port}"
     before = [t for t in ts if t.ts < outage["killed"]]
     during = [t for t in ts if outage["killed"] + 1.5 < t.ts < outage["back"]]
-    after = [t for t in ts if t.ts > outage["back"]]
+    after = [t for t in ts if outage["back"] < t.ts < outage["worker_gone"]]
+    gone = [t for t in ts if t.ts > outage["worker_gone"]]
     assert before and all(t.fleets[0].up for t in before[1:])
     assert during and not any(t.fleets[0].up for t in during)
     reasons = [t.fleets[0].reason for t in during]
@@ -402,6 +430,11 @@ async def test_prometheus_killed_mid_session_then_back(tmp_path: Path):
     assert after and after[-1].fleets[0].up and after[-1].samples[0].state == "up"
     recovered = next(t.ts for t in after if t.fleets[0].up)
     assert recovered - outage["back"] < 12.0  # the back-off is bounded (8 s at a 1 s interval)
+    # the worker down, the fleet up: its row says what Prometheus's scrape met (the target's lastError)
+    last = gone[-1]
+    assert last.fleets[0].up and last.samples[0].state == "down" and not last.samples[0].up
+    assert "Prometheus cannot scrape it" in last.samples[0].reason and "refused" in last.samples[0].reason
+    assert (last.fleets[0].healthy, last.fleets[0].total) == (0, 1)
 
 
 async def test_prometheus_that_never_answers_or_errs_is_a_fleet_down_with_back_off():
@@ -434,6 +467,48 @@ async def test_prometheus_that_never_answers_or_errs_is_a_fleet_down_with_back_o
             assert "query discover (group by" in reading.status.reason  # the query and the error
         finally:
             await source.aclose()
+
+
+async def test_a_slow_prometheus_shows_the_last_answer_ageing_then_stale_then_down():
+    """Prometheus answers once, then stops answering: the ticks never wait for it; they show the
+    last answer with its age growing, stale past 2 scrape intervals, and the fleet down at the timeout."""
+    import json
+
+    t = time.time()
+    worker = {"job": "j", "instance": "10.0.0.7:30000"}
+    targets = {"status": "success", "data": {"activeTargets": [
+        {"labels": worker, "scrapeUrl": "http://10.0.0.7:30000/metrics", "scrapeInterval": "1s", "health": "up"}]}}
+    # every query gets this one answer: a running-requests gauge, and (read as `age`) a sample 0.2 s old
+    answer = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {**worker, "__name__": "sglang:num_running_reqs"}, "value": [t, f"{t - 0.2:.3f}"]}]}}
+    with BadServer() as srv:
+        srv.faults["/api/v1/targets"] = "body:" + json.dumps(targets)
+        srv.faults["/api/v1/query"] = "body:" + json.dumps(answer)
+        source = PrometheusFleet(srv.url, None, interval_s=0.4, timeout_s=3.0)
+        try:
+            first = await source.poll()
+            [s0] = first.samples.values()
+            assert s0.up and s0.arm == "10.0.0.7:30000" and abs(s0.stale_s - 0.2) < 0.05
+            srv.faults["/api/v1/query"] = "hang"
+            seen = []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 6:
+                w = time.monotonic()
+                reading = await source.poll()
+                assert time.monotonic() - w < 0.5  # a poll waits half a tick at most
+                seen.append((time.monotonic() - t0, reading))
+                if not reading.status.up:
+                    break
+                await asyncio.sleep(0.3)
+        finally:
+            await source.aclose()
+    ups = [(dt, r.samples["10.0.0.7:30000"]) for dt, r in seen if r.status.up]
+    ages = [x.stale_s for _, x in ups]
+    assert ages == sorted(ages) and ages[-1] > 2.0  # the same answer, older and older
+    assert ups[0][1].state == "up" and ups[-1][1].state == "stale" and "not live" in ups[-1][1].reason
+    assert all(x.running_reqs == s0.running_reqs for _, x in ups)
+    dt, last = seen[-1]
+    assert not last.status.up and "no complete answer within 3 s" in last.status.reason and 2.5 < dt < 5.0
 
 
 # --------------------------------------------------------------------------------------------
