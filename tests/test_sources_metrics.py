@@ -189,3 +189,22 @@ def test_filtered_parse_reads_the_same_values():
                 assert part.histogram(name) == full.histogram(name)
             else:
                 assert part.series(name) == full.series(name), name
+
+
+def test_a_counter_per_dp_rank_is_a_rate_of_every_rank_together():
+    def snap(ts, r0, r1):
+        return MetricsSnapshot.parse(
+            "# TYPE sglang:realtime_tokens_total counter\n"
+            f'sglang:realtime_tokens_total{{dp_rank="0",tp_rank="0",mode="decode"}} {r0}\n'
+            f'sglang:realtime_tokens_total{{dp_rank="0",tp_rank="1",mode="decode"}} 999\n'  # a TP copy: not counted
+            f'sglang:realtime_tokens_total{{dp_rank="1",tp_rank="0",mode="decode"}} {r1}\n'
+            f'sglang:realtime_tokens_total{{dp_rank="1",tp_rank="0",mode="prefill_compute"}} 5\n', ts)
+
+    w = ScrapeWindow(window_s=30, rate_window_s=5)
+    w.add(snap(0.0, 100, 50))
+    w.add(snap(10.0, 300, 350))
+    # rank 0 decoded 200 tokens and rank 1 300 in 10 s: the worker 50 tok/s (rank 0 alone would say 20)
+    assert w.rate("realtime_tokens_total", mode="decode") == pytest.approx(50.0)
+    assert w.rate("realtime_tokens_total", time_scale=10.0, mode="decode") == pytest.approx(5.0)
+    assert snap(0.0, 1, 2).dp_total("realtime_tokens_total", mode="decode") == 3.0
+    assert snap(0.0, 1, 2).value("realtime_tokens_total", mode="decode") == 1.0  # a gauge's reading stays rank 0's

@@ -2,7 +2,7 @@
 
 Definitions (all "unknown" results are None, never 0):
 - Rate of a counter = (value now - value at the window base) / (wall seconds between the two
-  scrapes) / time_scale. `time_scale` is simulated seconds per wall second (1 for a real
+  scrapes) / time_scale; a counter per DP rank (dp_rank) is summed over the ranks first. `time_scale` is simulated seconds per wall second (1 for a real
   server, X for `specmon sim --speed X`): the simulator's counters advance X times faster than
   wall time, so dividing gives per-simulated-second rates, the figures the simulated GPU shows.
 - Windowed percentile = PromQL `histogram_quantile(q, increase(h_bucket[window]))`: the
@@ -134,7 +134,8 @@ class ScrapeWindow:
         if base is None:
             return None
         newest = self._snaps[-1]
-        a, b = base.value(name, **labels), newest.value(name, **labels)
+        # a counter of a worker with DP ranks: every rank's together, not rank 0's
+        a, b = base.dp_total(name, **labels), newest.dp_total(name, **labels)
         dt = newest.ts - base.ts
         if a is None or b is None or dt <= 0 or b < a:
             return None

@@ -99,6 +99,22 @@ class MetricsSnapshot:
         # NaN or +-Inf: no quantity read from /metrics is infinite, so it is not known.
         return v if math.isfinite(v) else None
 
+    def dp_total(self, name: str, **match: str) -> Optional[float]:
+        """`name` summed over its data-parallel ranks (each rank's series as `value` picks it: tp,
+        pp ranks 0); a series without dp_rank is `value`. None when a rank's value is unknown.
+        A worker's counters (tokens decoded, prefilled) are its ranks' together."""
+        ranks = {lab.get("dp_rank") for lab, _ in self._series.get(name, ()) if _matches(lab, match)}
+        ranks.discard(None)
+        if len(ranks) <= 1:
+            return self.value(name, **match)
+        total = 0.0
+        for rank in ranks:
+            v = self.value(name, **{**match, "dp_rank": rank})
+            if v is None:
+                return None
+            total += v
+        return total
+
     def histogram(self, name: str, **match: str) -> Optional[Histogram]:
         """The rank-0 series of histogram `name` (buckets from `<name>_bucket`)."""
         rows = [(lab, v) for lab, v in self._series.get(name + "_bucket", ()) if _matches(lab, match)]
