@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=_speed, default=None, help="simulated seconds per wall second")
     p.add_argument("--level-duration", type=_seconds, default=None, help="simulated seconds per level")
     p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
+    p.add_argument("--fleet", action="store_true",
+                   help="layouts/fleet.yaml: the real smg gateway in front of four simulated workers, ramped through it")
     _add_slo_options(p)
     _add_metrics_options(p)
 

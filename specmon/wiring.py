@@ -325,20 +325,30 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
     from specmon.session.live import LiveSession
 
     arms = supervisor.arms
-    ramp = ramp_driver(arms, plan, workload) if plan is not None else None
+    # With a gateway the ramp loads it (its workers get their load through it) and its workers are
+    # watched as its fleet, under the layout's names.
+    ramp = ramp_driver(supervisor.ramp_arms, plan, workload) if plan is not None else None
+    fleets = []
+    if supervisor.gateway is not None:
+        from specmon.sources.gateway import GatewayFleet
+
+        fleets.append(GatewayFleet(supervisor.gateway.spec.url, name=supervisor.fleet_name,
+                                   metrics_url=supervisor.gateway_metrics_url,
+                                   names={a.url: a.name for a in arms if a.fleet == supervisor.fleet_name}))
     context = LaunchContext(layout=_without_keys(layout.model_dump(mode="json", exclude={"source"})),
                             layout_file=layout.source, logs_dir=str(supervisor.log_dir))
     live = LiveSession(
         arms, interval=interval or layout.interval_s, out_dir=out_dir,
         isl=plan.input_len if plan else 1024, osl=plan.output_len if plan else 256,
         ramp=ramp, supervisor=supervisor, gpu_indices=supervisor.gpu_indices(), mode="launch", launch=context,
-        panes=layout.panes, consumers=consumers,
+        panes=layout.panes, consumers=consumers, fleets=fleets,
     )
     reason = run_front_end(live, headless=headless, ramp=ramp, title=title)
     failed = supervisor.failed()
     for name, cause in failed.items():
         print(f"specmon: arm {name!r} failed: {cause} (log: {supervisor.log_dir / (name + '.log')})", file=sys.stderr)
-    if supervisor.launched and len(failed) == len(supervisor.launched) and not layout.attached_specs():
+    if (supervisor.launched and len([n for n in failed if n in supervisor.launched]) == len(supervisor.launched)
+            and not layout.attached_specs()):
         raise ServerError("every launched server failed: " + "; ".join(f"{n}: {c}" for n, c in failed.items()))
     if isinstance(reason, str) and reason.startswith("error"):
         print(f"specmon: {reason}", file=sys.stderr)

@@ -14,7 +14,7 @@ from specmon.servers.launch import build_argv, build_env, flag_args
 from specmon.servers.layout import load_layout, parse_layout, resolve_layout
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = ["demo", "nvfp4-mtp", "three-drafters", "fp8-vs-nvfp4", "tp8-nextn"]
+SHIPPED = ["demo", "nvfp4-mtp", "three-drafters", "fp8-vs-nvfp4", "tp8-nextn", "fleet"]
 
 GOOD = """
 command: [python, -m, specmon.servers.sim]

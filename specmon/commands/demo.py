@@ -1,12 +1,15 @@
 """`specmon demo`: layouts/demo.yaml (two simulated RTX PRO 6000 servers, FP8 vs NVFP4 with MTP),
 launched, ramped and watched, with the command line's overrides:
 --levels, --speed (the simulator's), --level-duration (simulated seconds), --out, --layout,
---slo-ttft / --slo-tpot (seconds; the SLO and goodput knees in session.json)."""
+--slo-ttft / --slo-tpot (seconds; the SLO and goodput knees in session.json).
+`specmon demo --fleet`: layouts/fleet.yaml instead (SGLang's model gateway, smg, in front of four
+simulated workers, one with two DP ranks; the ramp goes through the gateway)."""
 
 from __future__ import annotations
 
 import sys
 
+from specmon.errors import UsageError
 from specmon.plan import replace_plan
 from specmon.wiring import run_layout
 
@@ -14,14 +17,29 @@ from specmon.wiring import run_layout
 def run(args) -> int:
     from specmon.servers.layout import is_sim_command, load_layout
 
-    layout, warnings = load_layout(args.layout or "demo")
+    fleet = getattr(args, "fleet", False)
+    if fleet and args.layout:
+        raise UsageError("--fleet and --layout: --fleet is the layout fleet (layouts/fleet.yaml); give one of them")
+    if fleet:
+        _require_smg()
+    layout, warnings = load_layout(args.layout or ("fleet" if fleet else "demo"))
     for w in warnings:
         print(f"specmon: warning: {w}", file=sys.stderr)
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                     slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
-    return run_layout(layout, out=args.out, headless=args.headless, interval=None, title="specmon demo",
+    return run_layout(layout, out=args.out, headless=args.headless, interval=None,
+                      title="specmon demo --fleet" if fleet else "specmon demo",
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+
+
+def _require_smg() -> None:
+    """The fleet demo runs the real gateway: say how to get it before anything starts."""
+    import shutil
+    from pathlib import Path
+
+    if not (Path(sys.executable).parent / "smg").is_file() and shutil.which("smg") is None:
+        raise UsageError("--fleet: the gateway (smg) is not installed: pip install sglang-router")
 
 
 def apply_overrides(layout, *, levels=None, speed=None, level_duration=None, slo_ttft=None, slo_tpot=None,

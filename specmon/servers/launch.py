@@ -12,6 +12,13 @@ server that dies (during startup or later) marks its arm failed with the cause r
 lines; the other arms carry on. stop() terminates every group (TERM, then KILL after a grace
 period).
 
+A layout's `gateway:` (SGLang's model gateway, smg) is one more supervised process: started
+once its workers are ready (smg must reach them to register them) with their URLs, ready when its
+/workers lists every one of them healthy, stopped with the rest. It never reaches past this
+machine unless its env says so (HF_ENDPOINT on a closed loopback port, HF_HUB_OFFLINE=1), and a
+simulated worker behind it with no model_path gets an empty local model folder (the gateway loads
+a worker's tokenizer from its model path: a local folder is never looked up online).
+
 A server's credentials (the value of its api_key/admin_api_key flags, a --api-key given in its
 command, the key in its api_key_env variable) are replaced by *** in everything the supervisor
 writes or emits: the log file and its command-line header, LogLine events, failure causes.
@@ -56,7 +63,7 @@ import httpx
 
 from specmon.errors import ServerError
 from specmon.model import ArmPhase, ArmSpec, Event, LogLine, Sample
-from specmon.servers.layout import ArmLayout, Layout, expand_env
+from specmon.servers.layout import ArmLayout, Layout, LaunchSpec, expand_env, is_sim_command
 from specmon.sources import logparse as lp
 
 Emit = Callable[[Event], None]
@@ -341,6 +348,9 @@ class LaunchedArm:
     fatal: Optional[str] = None  # a line said this start cannot succeed (e.g. its port taken): the cause
     starts: int = 0
     stopping: bool = False
+    extra_argv: list[str] = field(default_factory=list)  # after the flags (a gateway's workers, a sim's model folder)
+    ready_check: Optional[Callable] = None  # async (client, url) -> bool; default GET /health is 200
+    ready_detail: str = "/health 200"
     reader: Optional[threading.Thread] = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -423,6 +433,11 @@ class Supervisor:
                 port=port, log_path=self.log_dir / f"{arm.name}.log",
                 startup_timeout_s=arm.launch.startup_timeout_s or layout.startup_timeout_s,
             )
+        self.gateway: Optional[LaunchedArm] = None
+        self.gateway_metrics_url: Optional[str] = None
+        self._behind: list[str] = []  # the arms behind the gateway
+        if layout.gateway is not None:
+            self._plan_gateway(layout, taken)
 
     # ---- what LiveSession and the commands use ----------------------------------------------
     @property
@@ -433,14 +448,96 @@ class Supervisor:
             if arm.name in self.launched:
                 out.append(self.launched[arm.name].spec)
             else:
-                out.append(ArmSpec(name=arm.name, url=arm.attach or "", api_key_env=arm.api_key_env))
+                behind = self.gateway is not None and arm.name in self._behind
+                out.append(ArmSpec(name=arm.name, url=arm.attach or "", api_key_env=arm.api_key_env,
+                                   fleet=self.fleet_name if behind else None,
+                                   role=self.layout.role_of(arm) if behind else None))
         return out
+
+    # ---- the gateway -----------------------------------------------------------------------------
+    @property
+    def fleet_name(self) -> Optional[str]:
+        """The name its workers' fleet goes by (ArmSpec.fleet, the TUI's header)."""
+        return f"gateway {self.gateway.name}" if self.gateway is not None else None
+
+    @property
+    def ramp_arms(self) -> list[ArmSpec]:
+        """What the ramp loads: the gateway (its workers get their load through it) and every arm
+        that is not behind it."""
+        if self.gateway is None:
+            return self.arms
+        return [self.gateway.spec] + [a for a in self.arms if a.name not in self._behind]
+
+    def _plan_gateway(self, layout: Layout, taken: set[int]) -> None:
+        g = layout.gateway
+        assert g is not None
+        self._behind = [a.name for a in layout.gateway_workers()]
+        port = g.port or free_port(g.host, avoid=taken)
+        taken.add(port)
+        mport = g.metrics_port or free_port(g.host, avoid=taken)
+        taken.add(mport)
+        flags = {"policy": g.policy, "worker_startup_check_interval": 1, "shutdown_grace_period_secs": 5,
+                 **g.flags, "prometheus_host": g.host, "prometheus_port": mport}
+        env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1", **g.env}
+        spec = LaunchSpec(flags=flags, env=env, host=g.host, port=port, command=g.command or _smg_command(),
+                          startup_timeout_s=g.startup_timeout_s)
+        arm = ArmLayout(name=g.name, launch=spec)
+        self.gateway = LaunchedArm(
+            layout=arm, spec=ArmSpec(name=g.name, url=f"http://{g.host}:{port}", launched=True),
+            port=port, log_path=self.log_dir / f"{g.name}.log", startup_timeout_s=g.startup_timeout_s)
+        self.gateway_metrics_url = f"http://{g.host}:{mport}/metrics"
+        for name in self._behind:
+            a = self.launched.get(name)
+            if a is None:
+                continue
+            a.spec.fleet, a.spec.role = self.fleet_name, layout.role_of(a.layout)
+            if is_sim_command(layout.server_command(a.layout, self.base_env)) and not (
+                    a.layout.launch.flags.get("model_path") or a.layout.launch.flags.get("model")):
+                a.extra_argv = ["--model-path", str(self.log_dir / "sim-model")]
+
+    def _gateway_argv(self) -> Optional[list[str]]:
+        """The worker arguments of `smg launch`: the URLs of the workers that are up (--worker-urls,
+        or --pd-disaggregation --prefill URL [BOOTSTRAP_PORT] ... --decode URL ...); None when none is."""
+        up = [a for a in self.arms if a.name in self._behind
+              and (a.name not in self.launched or self.launched[a.name].ready)]
+        if not up:
+            return None
+        roles = {a.name: a.role for a in up}
+        if not {"prefill", "decode"} & set(roles.values()):
+            return ["--worker-urls", *(a.url for a in up)]
+        out = ["--pd-disaggregation"]
+        for a in up:
+            if a.role == "prefill":
+                arm = next(x for x in self.layout.arms if x.name == a.name)
+                boot = arm.launch.flags.get("disaggregation_bootstrap_port") if arm.launch else None
+                out += ["--prefill", a.url] + ([str(boot)] if boot else [])
+        for a in up:
+            if a.role == "decode":
+                out += ["--decode", a.url]
+        return out
+
+    async def _start_gateway(self) -> None:
+        g = self.gateway
+        assert g is not None
+        workers = self._gateway_argv()
+        if workers is None:
+            self._fail(g, "no worker behind it came up: " + "; ".join(
+                f"{n}: {self.launched[n].cause or 'failed'}" for n in self._behind if n in self.launched))
+            return
+        g.extra_argv = workers
+        expected = {a.url for a in self.arms if a.name in self._behind and a.url in workers}
+        g.ready_check = lambda client, url: _gateway_lists(client, url, expected)
+        g.ready_detail = f"/workers lists its {len(expected)} worker{'s' if len(expected) != 1 else ''} healthy"
+        await self._start_arm(g)
 
     def gpu_indices(self) -> dict[str, list[int]]:
         return {a.name: list(a.launch.gpus) for a in self.layout.launched if a.launch and a.launch.gpus is not None}
 
     def failed(self) -> dict[str, str]:
-        return {n: a.cause or "failed" for n, a in self.launched.items() if a.failed}
+        out = {n: a.cause or "failed" for n, a in self.launched.items() if a.failed}
+        if self.gateway is not None and self.gateway.failed:
+            out[self.gateway.name] = self.gateway.cause or "failed"
+        return out
 
     def fill_from_log(self, s: Sample) -> Sample:
         """Fill what a scrape left unknown from the arm's log lines (works without --enable-metrics);
@@ -478,6 +575,11 @@ class Supervisor:
         await asyncio.gather(*(self._start_arm(a) for a in self.launched.values()))
         if self.launched and all(a.failed for a in self.launched.values()) and not self.layout.attached_specs():
             raise ServerError("; ".join(self._failure_line(a) for a in self.launched.values()))
+        if self.gateway is not None and not self._stopped:
+            (self.log_dir / "sim-model").mkdir(exist_ok=True)
+            await self._start_gateway()  # after its workers: it registers them as it starts
+            if self.gateway.failed:
+                raise ServerError(self._failure_line(self.gateway))
 
     async def restart(self, emit: Optional[Emit] = None) -> None:
         """Stop and start every launched arm (a cold server for the next level), failed ones too."""
@@ -495,7 +597,7 @@ class Supervisor:
         self._stopped = True
         for task in self._watchers.values():
             task.cancel()
-        arms = [a for a in self.launched.values() if a.proc is not None]
+        arms = [a for a in [*self.launched.values(), self.gateway] if a is not None and a.proc is not None]
         threads = [threading.Thread(target=self._stop_arm, args=(a, grace_s), daemon=True) for a in arms]
         for t in threads:
             t.start()
@@ -523,9 +625,10 @@ class Supervisor:
             self._fail(a, f"port in use: {host}:{a.port} is already taken (by another server, or a dead one's leftover)")
             return
         a.env = build_env(a.layout, self.base_env)
-        a.argv = build_argv(self.layout, a.layout, a.port, a.env)
+        base = build_argv(self.layout, a.layout, a.port, a.env)
+        a.argv = base + a.extra_argv
         a.secrets = secrets_of(a.layout, a.argv, a.env)
-        self._set_phase(a, lp.PHASE_STARTING, " ".join(a.argv[-2:]))
+        self._set_phase(a, lp.PHASE_STARTING, " ".join(base[-2:]))
         try:
             log = open(a.log_path, "ab", buffering=0)
             shown = _cmdline([redact(x, a.secrets) for x in a.argv])  # before quoting changes how a key looks
@@ -560,9 +663,9 @@ class Supervisor:
                     # SGLang would hang on (minutes, for a taken port) before it exits: stop it now.
                     await self._died(a, proc, during="startup")
                     return
-                if a.ready_line_seen or await _health_ok(client, a.spec.url):
+                if a.ready_line_seen or await (a.ready_check or _health_ok)(client, a.spec.url):
                     a.ready = True
-                    detail = None if a.ready_line_seen else "/health 200"
+                    detail = None if a.ready_line_seen else a.ready_detail
                     self._set_phase(a, lp.PHASE_READY, detail)
                     return
                 if time.monotonic() > deadline:
@@ -697,6 +800,26 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+async def _gateway_lists(client: httpx.AsyncClient, url: str, expected: set[str]) -> bool:
+    """A gateway is ready when its registry (GET /workers) lists every expected worker healthy."""
+    try:
+        r = await client.get(url + "/workers")
+        listed = r.json().get("workers", []) if r.status_code == 200 else []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    healthy = {str(w.get("url", "")).rstrip("/").split("@")[0] for w in listed
+               if isinstance(w, dict) and w.get("is_healthy")}
+    return expected <= healthy
+
+
+def _smg_command() -> list[str]:
+    """`smg launch`: the smg installed beside this Python (the sglang-router package), else on PATH."""
+    import shutil
+
+    here = Path(sys.executable).parent / "smg"
+    return [str(here) if here.is_file() else (shutil.which("smg") or "smg"), "launch"]
 
 
 async def _health_ok(client: httpx.AsyncClient, url: str) -> bool:

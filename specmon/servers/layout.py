@@ -41,6 +41,22 @@ Schema (every key optional unless marked):
       search, attainment, max_level                                 # the SLO search (with an SLO)
                                     # (the bounds of each key are in specmon/plan.py)
     panes: [str, ...]               # which panes show (specmon/panes.py), default all
+    gateway:                        # absent: no gateway; else SGLang's model gateway (smg) in front of
+                                    # arms, started once they are up, supervised and stopped like them
+      name: str                     # default gateway; its log is logs/<name>.log
+      workers: [str, ...]           # the arms behind it (launched or attached), default every launched arm;
+                                    # an arm with flags.disaggregation_mode prefill|decode makes it a PD gateway
+      policy: str                   # --policy (random, round_robin, cache_aware, power_of_two, manual)
+      port: int                     # default: a free port; host: str, default 127.0.0.1
+      metrics_port: int             # its Prometheus metrics (--prometheus-port), default: a free port
+      command: [str, ...]           # default: the smg next to specmon's Python, else smg on PATH, then `launch`
+      flags: {flag: value}          # more `smg launch` flags (not host, port, worker_urls, prefill, decode,
+                                    # pd_disaggregation, prometheus_host, prometheus_port: specmon sets those)
+      env: {VAR: value}             # it never reaches past this machine unless env sets HF_ENDPOINT: a
+                                    # closed loopback port otherwise, and HF_HUB_OFFLINE=1
+      startup_timeout_s: float      # until it lists every worker healthy, default 120
+                                    # With a gateway the ramp goes through it (one arm, the fleet) and
+                                    # its workers are watched as its fleet (specmon ramp GATEWAY does the same).
 """
 
 from __future__ import annotations
@@ -200,6 +216,65 @@ class ArmLayout(_Strict):
         return self
 
 
+GATEWAY_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+# smg launch flags specmon sets itself for a launched gateway
+GATEWAY_OWN_FLAGS = ("host", "port", "worker_urls", "prefill", "decode", "pd_disaggregation", "prometheus_host",
+                     "prometheus_port")
+PD_ROLES = ("prefill", "decode")
+
+
+class GatewayLayout(_Strict):
+    name: str = "gateway"
+    workers: Optional[list[str]] = None
+    policy: Optional[str] = None
+    port: Optional[int] = Field(default=None, ge=1, le=65535)
+    metrics_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    host: str = "127.0.0.1"
+    command: Optional[list[str]] = None
+    flags: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, Any] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return ArmLayout._name(name)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, policy: Optional[str]) -> Optional[str]:
+        if policy is not None and policy not in GATEWAY_POLICIES:
+            raise ValueError(f"expected one of {', '.join(GATEWAY_POLICIES)}, got {policy!r}")
+        return policy
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in flags.items():
+            if not isinstance(key, str) or not _FLAG.match(key.lstrip("-")):
+                raise ValueError(f"expected flag names like health_check_interval_secs, got {key!r}")
+            name = key.lstrip("-").replace("-", "_")
+            if name in GATEWAY_OWN_FLAGS:
+                where = {"port": "gateway.port", "host": "gateway.host", "prometheus_port": "gateway.metrics_port"}
+                instead = f": use {where[name]} instead" if name in where else " from gateway.workers"
+                raise ValueError(f"{name!r} is set by specmon{instead}")
+            if not _flag_value_ok(value) or isinstance(value, dict):
+                raise ValueError(f"{key}: expected a string, number, true/false or a list of those, got {value!r}")
+            out[name] = value
+        return out
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, Any]) -> dict[str, str]:
+        return LaunchSpec._env(env)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
+        return LaunchSpec._command(command)
+
+
 class Layout(_Strict):
     name: Optional[str] = None
     description: Optional[str] = None
@@ -209,6 +284,7 @@ class Layout(_Strict):
     arms: list[ArmLayout]
     ramp: Optional[RampPlan] = None
     panes: Optional[list[str]] = None
+    gateway: Optional[GatewayLayout] = None
     # Where the file was read from (set by load_layout; relative dataset paths resolve against it).
     source: Optional[str] = Field(default=None, exclude=True)
 
@@ -246,6 +322,19 @@ class Layout(_Strict):
     @property
     def launched(self) -> list[ArmLayout]:
         return [a for a in self.arms if a.launch is not None]
+
+    def gateway_workers(self) -> list[ArmLayout]:
+        """The arms behind the gateway, in layout order ([] without a gateway)."""
+        if self.gateway is None:
+            return []
+        names = self.gateway.workers
+        return [a for a in self.arms if (a.name in names if names is not None else a.launch is not None)]
+
+    @staticmethod
+    def role_of(arm: ArmLayout) -> str:
+        """regular | prefill | decode: a launched arm's disaggregation_mode flag (attached: regular)."""
+        mode = str(arm.launch.flags.get("disaggregation_mode") or "") if arm.launch else ""
+        return mode if mode in PD_ROLES else "regular"
 
     def server_command(self, arm: ArmLayout, env: Optional[dict[str, str]] = None) -> list[str]:
         """Program and leading arguments for a launched arm (before the flags)."""
@@ -406,7 +495,43 @@ def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> 
                 warnings.append(f"{where}.gpus: GPU {g} is also given to arm {gpus_seen[g]!r}; "
                                 "two servers on one GPU compete for its memory")
             gpus_seen.setdefault(g, arm.name)
+    _check_gateway(layout, errors)
     return errors, warnings
+
+
+def _check_gateway(layout: Layout, errors: list[str]) -> None:
+    """The gateway section against the rest of the layout: its workers are arms, PD roles pair up,
+    its ports and name are its own, no restarts between levels."""
+    g = layout.gateway
+    if g is None:
+        return
+    names = [a.name for a in layout.arms]
+    if g.name in names:
+        errors.append(f"gateway.name: {g.name!r} is also an arm's name (their log files would clash)")
+    if g.workers is not None:
+        if not g.workers:
+            errors.append("gateway.workers: expected the names of the arms behind the gateway, got []")
+        for w in g.workers:
+            if w not in names:
+                errors.append(f"gateway.workers: {w!r} is not an arm of this layout (arms: {', '.join(names)})")
+        if len(set(g.workers)) != len(g.workers):
+            errors.append("gateway.workers: an arm is named twice")
+    elif not layout.launched:
+        errors.append("gateway.workers: no arm is launched; name the attached arms behind the gateway")
+    taken = [p for p in (g.port, g.metrics_port) if p]
+    ports = [a.launch.port for a in layout.launched if a.launch and a.launch.port]
+    if len(set(taken)) != len(taken) or set(taken) & set(ports):
+        errors.append("gateway.port, gateway.metrics_port: expected ports distinct from each other and from the "
+                      "arms' launch ports")
+    roles = {layout.role_of(a) for a in layout.gateway_workers()}
+    pd = roles & set(PD_ROLES)
+    if pd and "regular" in roles:
+        errors.append("gateway.workers: prefill or decode workers beside regular ones (a gateway routes one way)")
+    elif pd and len(pd) == 1:
+        errors.append(f"gateway.workers: a PD gateway needs prefill and decode workers, found only {pd.pop()}")
+    if layout.ramp is not None and layout.ramp.restart_between_levels:
+        errors.append("ramp.restart_between_levels: not with a gateway (its workers would drop out of its "
+                      "registry mid-ramp)")
 
 
 def _choice(errors: list[str], where: str, value: Any, choices: tuple[str, ...]) -> None:

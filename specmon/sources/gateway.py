@@ -485,8 +485,11 @@ class GatewayFleet:
 
     def __init__(self, url: str, *, name: Optional[str] = None, metrics_url: Optional[str] = None,
                  api_key_env: Optional[str] = None, timeout_s: float = 3.0, engine_metrics_every_s: float = 10.0,
-                 discover_metrics: bool = True, transport: Optional[httpx.AsyncBaseTransport] = None):
+                 discover_metrics: bool = True, transport: Optional[httpx.AsyncBaseTransport] = None,
+                 names: Optional[dict[str, str]] = None):
         self.url = url.rstrip("/")
+        # worker URL -> the arm name it already goes by (a launched layout's own names)
+        self.names = {k.rstrip("/"): v for k, v in (names or {}).items()}
         self.name = name or f"gateway {worker_name(self.url)}"
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -588,7 +591,7 @@ class GatewayFleet:
         specs, statuses, samples = [], [], {}
         taken: set[str] = set()
         for w in registry:
-            name = worker_name(w.url)
+            name = self.names.get(w.url) or worker_name(w.url)
             if name in taken:
                 name = f"{name} ({w.role})"
             taken.add(name)

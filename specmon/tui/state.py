@@ -82,7 +82,8 @@ class ArmState:
     role: Optional[str] = None
     left: bool = False  # a fleet's worker that has left: kept in the record, no longer shown
     # watched: scraped, listed at the start or by its fleet. An arm only the ramp names (a gateway
-    # the ramp loads while its workers are watched) has levels but no panel.
+    # the ramp loads while its workers are watched), or only its launcher (a launched gateway's
+    # phases and log lines), has no panel.
     watched: bool = False
     samples_seen: int = 0
 
@@ -233,13 +234,11 @@ class SessionState:
 
     def _on_ArmPhase(self, ev: ArmPhase) -> None:
         arm_state = self.arm(ev.arm)
-        arm_state.watched = True
         arm_state.phase = ev.phase
         arm_state.phase_detail = ev.detail
 
     def _on_LogLine(self, ev: LogLine) -> None:
         arm_state = self.arm(ev.arm)
-        arm_state.watched = True
         arm_state.logs.append(ev.line)
         arm_state.log_total += 1
 

@@ -1,0 +1,178 @@
+"""A layout with a `gateway:` (SGLang's model gateway, smg): validated like the rest of a layout
+(one line naming the key), and `specmon launch` starts the workers, then the REAL gateway with
+their URLs once they are up, ramps through the gateway while every worker is watched, and stops
+every process at the end (each launched process group is gone, the gateway's too)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gatewayproc import have_gateway
+from specmon.errors import UsageError
+from specmon.servers.launch import Supervisor
+from specmon.servers.layout import load_layout, parse_layout
+
+REPO = Path(__file__).resolve().parent.parent
+PID_LINE = re.compile(r"^----- specmon: pid (\d+) \(its own process group (\d+)\)$", re.M)
+SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
+
+
+def bad(text: str) -> str:
+    with pytest.raises(UsageError) as e:
+        parse_layout(SIM + text, "layouts/x.yaml", env={})
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+ARMS = "arms:\n  - {name: a, launch: {flags: {speed: 50}}}\n  - {name: b, launch: {flags: {speed: 50}}}\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (ARMS + "gateway: {workers: [a, c]}\n",
+     "layouts/x.yaml: gateway.workers: 'c' is not an arm of this layout (arms: a, b)"),
+    (ARMS + "gateway: {name: a}\n",
+     "layouts/x.yaml: gateway.name: 'a' is also an arm's name (their log files would clash)"),
+    (ARMS + "gateway: {policy: fastest}\n",
+     "layouts/x.yaml: gateway.policy: expected one of random, round_robin, cache_aware, power_of_two, manual, "
+     "got 'fastest'"),
+    (ARMS + "gateway: {flags: {worker_urls: [http://h:1]}}\n",
+     "layouts/x.yaml: gateway.flags: 'worker_urls' is set by specmon from gateway.workers"),
+    (ARMS + "gateway: {flags: {prometheus_port: 9}}\n",
+     "layouts/x.yaml: gateway.flags: 'prometheus_port' is set by specmon: use gateway.metrics_port instead"),
+    (ARMS + "gateway: {port: 40000, metrics_port: 40000}\n",
+     "layouts/x.yaml: gateway.port, gateway.metrics_port: expected ports distinct from each other and from the "
+     "arms' launch ports"),
+    (ARMS + "gateway: {prot: 1}\n",
+     "layouts/x.yaml: gateway.prot: unknown key (expected one of: name, workers, policy, port, metrics_port, host, "
+     "command, flags, env, startup_timeout_s)"),
+    ("arms:\n  - {name: p, launch: {flags: {disaggregation_mode: prefill}}}\n  - {name: r, launch: {flags: {}}}\n"
+     "gateway: {}\n",
+     "layouts/x.yaml: gateway.workers: prefill or decode workers beside regular ones (a gateway routes one way)"),
+    ("arms:\n  - {name: p, launch: {flags: {disaggregation_mode: prefill}}}\ngateway: {}\n",
+     "layouts/x.yaml: gateway.workers: a PD gateway needs prefill and decode workers, found only prefill"),
+    ("arms:\n  - {name: x, attach: 'http://127.0.0.1:1'}\ngateway: {}\n",
+     "layouts/x.yaml: gateway.workers: no arm is launched; name the attached arms behind the gateway"),
+    (ARMS + "gateway: {}\nramp: {levels: [1], restart_between_levels: true}\n",
+     "layouts/x.yaml: ramp.restart_between_levels: not with a gateway (its workers would drop out of its registry "
+     "mid-ramp)"),
+])
+def test_a_bad_gateway_section_is_one_line(text, expected):
+    assert bad(text) == expected
+
+
+def test_the_gateway_argv_regular_and_pd(tmp_path):
+    layout, _ = load_layout("fleet", env={})
+    sup = Supervisor(layout, tmp_path)
+    names = [a.name for a in layout.arms]
+    assert [a.name for a in sup.arms] == names and {a.fleet for a in sup.arms} == {"gateway gw"}
+    assert [a.name for a in sup.ramp_arms] == ["gw"]  # the ramp loads the gateway, not its workers
+    for a in sup.launched.values():  # an empty local model folder: the gateway never looks a name up online
+        a.ready = True
+        assert a.extra_argv == ["--model-path", str(tmp_path / "logs" / "sim-model")]
+    assert sup._gateway_argv() == ["--worker-urls", *(a.url for a in sup.arms)]
+    flags = sup.gateway.layout.launch.flags
+    assert flags["policy"] == "round_robin" and flags["prometheus_host"] == "127.0.0.1"
+    assert sup.gateway_metrics_url == f"http://127.0.0.1:{flags['prometheus_port']}/metrics"
+    env = sup.gateway.layout.launch.env
+    assert env["HF_ENDPOINT"] == "http://127.0.0.1:9" and env["HF_HUB_OFFLINE"] == "1"
+    list(sup.launched.values())[1].ready = False  # a worker that did not come up is not given to the gateway
+    assert sup._gateway_argv() == ["--worker-urls", *(a.url for a in sup.arms if a.name != names[1])]
+
+    pd, _ = parse_layout(SIM + textwrap.dedent("""
+        arms:
+          - {name: p, launch: {flags: {disaggregation_mode: prefill, disaggregation_bootstrap_port: 8998}}}
+          - {name: d, launch: {flags: {disaggregation_mode: decode}}}
+        gateway: {name: pdgw, env: {HF_ENDPOINT: 'http://127.0.0.1:7'}}
+        """), "pd.yaml", env={})
+    sup = Supervisor(pd, tmp_path / "pd")
+    for a in sup.launched.values():
+        a.ready = True
+    p, d = sup.arms
+    assert (p.role, d.role) == ("prefill", "decode")
+    assert sup._gateway_argv() == ["--pd-disaggregation", "--prefill", p.url, "8998", "--decode", d.url]
+    assert sup.gateway.layout.launch.env["HF_ENDPOINT"] == "http://127.0.0.1:7"  # the layout's own, kept
+
+
+def group_pids(log_dir: Path) -> dict[str, int]:
+    out = {}
+    for log in log_dir.glob("*.log"):
+        m = PID_LINE.search(log.read_text(errors="replace"))
+        if m:
+            out[log.stem] = int(m.group(2))
+    return out
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.Error, OSError):
+            pass
+    return out
+
+
+@pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+def test_launch_the_fleet_layout_headless_ramps_through_the_gateway_and_leaves_nothing(tmp_path):
+    layout = (REPO / "layouts" / "fleet.yaml").read_text()
+    # the shipped layout with a short ramp (two levels of 60 simulated seconds)
+    layout = re.sub(r"ramp:\n(  .*\n)+", "ramp:\n  levels: [4, 12]\n  input_len: 2048\n  output_len: 256\n"
+                    "  level_duration_s: 60\n  settle_s: 15\n  seed: 7\n", layout)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(layout)
+    out = tmp_path / "session"
+    seen: dict[str, list[int]] = {}
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "launch", str(path), "--headless", "--out", str(out)],
+                            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        for name, pgid in group_pids(out / "logs").items():  # every group's members, while they run
+            seen.setdefault(name, [])
+            seen[name] = sorted(set(seen[name]) | set(group_members(pgid)))
+        time.sleep(0.5)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-3000:]
+    # five groups: four workers and the gateway, each seen running, each gone now
+    assert set(seen) == {"w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small", "gw"}
+    assert all(seen.values())
+    for name, pgid in group_pids(out / "logs").items():
+        assert group_members(pgid) == [], f"{name}'s group {pgid} outlived specmon"
+    assert not [p for pids in seen.values() for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    # the gateway came up after its four workers, with their URLs, and said when it listed them all
+    lines = stdout.splitlines()
+    ready = {ln.split(":")[0]: i for i, ln in enumerate(lines) if ln.endswith(": ready") or ": ready (" in ln}
+    assert set(ready) >= {"w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small", "gw"}
+    assert ready["gw"] > max(ready[w] for w in ("w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small"))
+    assert "gw: ready (/workers lists its 4 workers healthy)" in stdout
+    assert "smg" in (out / "logs" / "gw.log").read_text().splitlines()[0]
+    # the ramp went through the gateway: its row and one per worker, under the layout's names
+    with open(out / "levels.csv", newline="") as f:
+        levels = list(csv.DictReader(f))
+    assert [(r["level"], r["arm"]) for r in levels if not r["worker"]] == [("0", "gw"), ("1", "gw")]
+    assert sorted(r["arm"] for r in levels if r["worker"] and r["level"] == "1") == [
+        "w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small"]
+    assert all(int(r["ok"]) > 0 for r in levels if not r["worker"])
+    meta = json.loads((out / "session.json").read_text())
+    assert meta["mode"] == "launch" and meta["exit_reason"] == "ramp done"
+    assert {a["name"]: a["fleet"] for a in meta["arms"]} == {w: "gateway gw" for w in
+                                                             ("w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small")}
+    assert meta["fleet_levels"]["gw"]["workers"] == ["w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small"]
+    assert meta["layout"]["gateway"]["policy"] == "round_robin"
+    # the DP worker's samples carry its two ranks
+    with open(out / "samples.csv", newline="") as f:
+        ranks = {r["dp_rank"] for r in csv.DictReader(f) if r["arm"] == "w3-dp2" and r["dp_rank"]}
+    assert ranks == {"0", "1"}
