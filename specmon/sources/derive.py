@@ -141,6 +141,20 @@ class ScrapeWindow:
             return None
         return _finite((b - a) / dt / (time_scale or 1.0))
 
+    def rate_since_born(self, name: str, time_scale: float = 1.0, **labels: str) -> Optional[float]:
+        """rate(), except that a series the window's base lacks counts from 0 there: SGLang creates
+        a labelled counter at its first increment (cached_tokens_total, realtime_tokens_total
+        {mode="prefill_cache"} at the first prefix-cache hit)."""
+        r = self.rate(name, time_scale, **labels)
+        base = self._base(self.rate_window_s)
+        if r is not None or base is None or base.value(name, **labels) is not None:
+            return r
+        newest = self._snaps[-1]
+        b, dt = newest.value(name, **labels), newest.ts - base.ts
+        if b is None or dt <= 0:
+            return None
+        return _finite(b / dt / (time_scale or 1.0))
+
     @property
     def newest(self) -> Optional[MetricsSnapshot]:
         """The latest scrape (cumulative values): the ramp keeps two of these to compute
@@ -198,9 +212,9 @@ def counter_total(snap: MetricsSnapshot, name: str, **match: str) -> Optional[fl
 
 def cache_counter_deltas(old: Optional[MetricsSnapshot], new: Optional[MetricsSnapshot]) -> Optional[dict[str, float]]:
     """The prefix-cache counters' increase between two scrapes (CACHE_COUNTERS' names: cached,
-    prompt, prefill_cache, prefill_compute), each present only when both scrapes have it and it
-    did not go down; None when either scrape is missing, they are the same, or the server
-    restarted in between."""
+    prompt, prefill_cache, prefill_compute), each present when the newer scrape has it (a series
+    the older one lacks was born in between, from 0) and it did not go down; None when either
+    scrape is missing, they are the same, or the server restarted in between."""
     if old is None or new is None or new is old or counters_went_down(new, old):
         return None
     out: dict[str, float] = {}
@@ -209,7 +223,9 @@ def cache_counter_deltas(old: Optional[MetricsSnapshot], new: Optional[MetricsSn
         if b is None:
             continue
         if a is None:
-            a = 0.0 if new.has(name) and not old.has(name) else None  # a series born in between
+            # SGLang creates a labelled series at its first increment (cached_tokens_total per
+            # cache_source, realtime_tokens_total{mode="prefill_cache"} at the first hit): 0 before.
+            a = 0.0
         if a is not None and b >= a:
             out[key] = b - a
     return out

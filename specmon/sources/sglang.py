@@ -453,12 +453,14 @@ class ArmCollector:
         self.last_new_token_ratio = snap.value("new_token_ratio")
         # Prefix-cache hits over the rate window: the scheduler's prefill tokens by mode (each
         # prefill batch), else the tokenizer's cached / prompt tokens (each finished request).
-        hit = w.rate("realtime_tokens_total", scale, mode="prefill_cache")
+        hit = w.rate_since_born("realtime_tokens_total", scale, mode="prefill_cache")
         compute = w.rate("realtime_tokens_total", scale, mode="prefill_compute")
+        if hit is None and compute is not None and snap.value("realtime_tokens_total", mode="prefill_cache") is None:
+            hit = 0.0  # SGLang creates the prefill_cache series at its first hit: there was none yet
         if hit is not None and compute is not None and hit + compute > 0:
             cache_hit_rate = hit / (hit + compute)
         else:
-            cached, prompt = w.rate("cached_tokens_total", scale), w.rate("prompt_tokens_total", scale)
+            cached, prompt = w.rate_since_born("cached_tokens_total", scale), w.rate("prompt_tokens_total", scale)
             cache_hit_rate = min(cached / prompt, 1.0) if cached is not None and prompt else None
         return with_ranks(Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",

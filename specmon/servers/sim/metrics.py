@@ -182,7 +182,9 @@ class SimMetrics(Hooks):
         self.passes_prefill = self.cuda_graph_passes.labels(mode="prefill_none", **L)
         self.rt_decode = self.realtime_tokens.labels(mode="decode", **L)
         self.rt_prefill_compute = self.realtime_tokens.labels(mode="prefill_compute", **L)
-        self.rt_prefill_cache = self.realtime_tokens.labels(mode="prefill_cache", **L)
+        # As real SGLang's: the prefill_cache series exists only from the first prefix-cache hit on
+        # (tests/test_real_sglang_cache.py saw it absent before one, and counting from there).
+        self.rt_prefill_cache = None
         self.queue_time = F(Histogram, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.",
                             sorted(sched_labels), buckets=QUEUE_BUCKETS).labels(**L)
         self.per_stage = F(Histogram, "sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
@@ -281,6 +283,8 @@ class SimMetrics(Hooks):
         self.passes_prefill.inc()
         self.rt_prefill_compute.inc(new_tokens)
         if cached:
+            if self.rt_prefill_cache is None:
+                self.rt_prefill_cache = self.realtime_tokens.labels(mode="prefill_cache", **self.L)
             self.rt_prefill_cache.inc(cached)
 
     def on_decode_pass(self, s, tokens):
