@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -117,3 +118,44 @@ def test_a_remote_gateway_url_still_needs_yes(tmp_path):
     assert "not a loopback address" in proc.stderr and "--yes" in proc.stderr
     assert "gateway" not in proc.stderr  # refused before anything was asked of it
     assert time.monotonic() - t0 < 20
+
+
+def test_workers_joining_mid_ramp_start_a_new_curve_for_the_knees(tmp_path):
+    """Two workers, then two more join through the gateway's API as the third level starts: each
+    old worker's share falls from C/2 to C/4, so its throughput drops and comes back; that is no
+    plateau. Rows of the new workers begin where they joined."""
+    model = str(tmp_path / "model")
+    (tmp_path / "model").mkdir()
+    flags = ("--enable-metrics", "--model-path", model)
+    out = tmp_path / "session"
+    with start_sim(*flags, speed=20) as a, start_sim(*flags, speed=20) as b, \
+         start_sim(*flags, speed=20) as c, start_sim(*flags, speed=20) as d:
+        with start_gateway("--worker-urls", a.url, b.url, "--policy", "round_robin", workers=2) as gw:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "specmon", "ramp", gw.url, "--levels", "6,12,18,24", "--headless",
+                 "--interval", "0.5", "--level-duration", "90", "--settle", "20", "--input-len", "1024",
+                 "--output-len", "256", "--gateway-metrics", gw.metrics_url, "--out", str(out)],
+                cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for line in proc.stdout:
+                if line.startswith("level 3/4"):
+                    for w in (c, d):
+                        req = urllib.request.Request(gw.url + "/workers", data=json.dumps({"url": w.url}).encode(),
+                                                     method="POST", headers={"Content-Type": "application/json"})
+                        urllib.request.urlopen(req, timeout=30).close()
+            assert proc.wait(timeout=300) == 0
+    levels = rows(out / "levels.csv")
+    old, new = {worker_name(a.url), worker_name(b.url)}, {worker_name(c.url), worker_name(d.url)}
+    by_arm = {}
+    for r in levels:
+        if r["worker"]:
+            by_arm.setdefault(r["arm"], []).append(r)
+    assert {a: [r["level"] for r in rs] for a, rs in by_arm.items() if a in old} == {n: ["0", "1", "2", "3"] for n in old}
+    assert all(rs[0]["level"] in ("2", "3") for a, rs in by_arm.items() if a in new)
+    # the old workers' tok/s fell when the fleet grew (their share of C=18 is 4.5, of C=12 it was 6) ...
+    for name in old:
+        x = [float(r["output_tok_s"]) for r in by_arm[name]]
+        assert x[2] < x[1]
+    # ... and no knee is called on that dip
+    knees = json.loads((out / "session.json").read_text())["knees"]
+    assert all(knees[n]["plateau"] is None for n in old), {n: knees[n]["plateau_detail"] for n in old}
+    assert not [r for r in levels if r["worker"] and r["knee"]]

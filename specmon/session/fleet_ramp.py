@@ -29,6 +29,7 @@ class FleetRamp:
         self.knees: dict[str, KneesSummary] = {}  # worker arm -> its knees so far
         self.fleets: dict[str, FleetLevels] = {}  # gateway arm -> the fleet's summary so far
         self._gateway_of: dict[str, str] = {}  # worker arm -> its gateway arm
+        self._sharing: dict[tuple[str, int], int] = {}  # (worker arm, level) -> workers that shared that level
         self._opened: dict[str, Optional[MetricsSnapshot]] = {}
         self._called: set[tuple[str, str]] = set()
         # Gateway arms with more than one worker: each request ran on one worker's clock, and
@@ -70,6 +71,7 @@ class FleetRamp:
                                  ttft_hist=window_histogram(opened.get(w.name), newest, "time_to_first_token_seconds"),
                                  queue_hist=window_histogram(opened.get(w.name), newest, "queue_time_seconds"))
                 self._gateway_of[w.name] = arm.name
+                self._sharing[(w.name, i)] = sharing
                 self.rows.setdefault(w.name, []).append(r)
                 self._call_knees(w.name, r, emit)
                 rows.append(r)
@@ -89,16 +91,24 @@ class FleetRamp:
         return out
 
     def _call_knees(self, arm: str, r: LevelResult, emit: Emit) -> None:
-        """As the ramp calls an arm's knees: on the row that confirms one, once per definition."""
-        levels = self.rows[arm]
+        """As the ramp calls an arm's knees: on the row that confirms one, once per definition.
+        Only the levels since the fleet last changed count: a worker's share of C is C / N, so its
+        rows on either side of a worker joining or leaving are not one curve."""
+        rows = self.rows[arm]
+        sharing = self._sharing[(arm, r.level)]
+        start = len(rows)
+        while start > 0 and self._sharing.get((arm, rows[start - 1].level)) == sharing:
+            start -= 1
+        levels = rows[start:]
         for k in (plateau_knee(levels), queueing_knee(levels)):
             if k.confirmed_at == r.level and (arm, k.definition) not in self._called:
                 self._called.add((arm, k.definition))
                 r.knee_confirmed = ";".join(x for x in (r.knee_confirmed, k.definition) if x)
                 at = knee_level(levels, k)
                 if at is not None:
-                    labelled = label_knee(levels, arm, at, k.definition)
-                    levels[next(j for j, x in enumerate(levels) if x.level == at)] = labelled
+                    labelled = label_knee(rows, arm, at, k.definition)
+                    rows[next(j for j, x in enumerate(rows) if x.level == at)] = labelled
+                    levels = rows[start:]
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency,
                                 detail=f"worker {arm}: " + k.detail.replace("5% of C", "5% of its share of C"),
                                 resolved=k.values.get("resolved"),
