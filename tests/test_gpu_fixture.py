@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+from datetime import datetime, timezone
 import json
 from pathlib import Path
 
@@ -97,6 +98,31 @@ def test_attach_gpus_csv_tracks_nvidia_smi_per_gpu():
         pid, used = r["processes"].split(":")
         # The holder's 20 GiB plus its CUDA context (about 610 MiB on these H200s).
         assert 20 * 1024 <= int(used) / MIB <= 21 * 1024
+
+
+def test_attach_under_a_compute_load_reads_utilisation_and_power_as_nvidia_smi():
+    """`specmon attach --headless` on 1 x H200 while a process held ~21 GiB and ran bf16 matmuls
+    (the recording of the event-stream writer, 2026-12-01): memory, utilisation, power and the
+    process's memory as nvidia-smi (-lms 500 and --query-compute-apps) gave them."""
+    with open(DATA / "h200-1gpu-load-attach-gpus.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    smi = [[x.strip() for x in line.split(",")] for line in open(DATA / "h200-1gpu-load-attach-nvidia-smi.csv")]
+    apps = [[x.strip() for x in line.split(",")] for line in open(DATA / "h200-1gpu-load-compute-apps.csv")]
+    # attach started while the holder was still starting its matmuls; compare the rows inside
+    # the span nvidia-smi logged (its stamps are the machine's UTC wall clock)
+    stamps = [datetime.strptime(x[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp() for x in smi]
+    ours = [r for r in rows if stamps[0] + 1.0 <= float(r["ts"]) <= stamps[-1]]
+    assert rows[0]["util_pct"] == "0" and float(rows[0]["power_w"]) < 100  # before the load, as recorded
+    assert len(ours) >= 10
+    smi_used = {float(x[2]) for x in smi}
+    smi_power = [float(x[5]) for x in smi]
+    for r in ours:
+        assert any(abs(int(r["mem_used_bytes"]) / MIB - u) <= 0.01 * 143771 for u in smi_used)
+        assert float(r["util_pct"]) == 100.0 and {x[4] for x in smi} == {"100"}  # not 0: the GPU computed
+        assert min(smi_power) - 15 <= float(r["power_w"]) <= max(smi_power) + 15
+        pid, used = r["processes"].split(":")
+        (app,) = apps
+        assert pid == app[0] and abs(int(used) / MIB - float(app[1].split()[0])) < 1.0
 
 
 async def test_two_h200_readings_replay_through_the_gpu_pane(tmp_path):
