@@ -21,7 +21,7 @@ the ring fills (a Sample), full at 14,835 ticks with 121.3 MiB, then 121.3-121.4
 2,151 ticks; with --ring 1000, 540 s, 9,663 ticks: 86.3 MiB when full, 92.9 MiB at the end, in
 two steps of 1-2 MiB (Python's traced heap stayed 6.5-8.9 MiB: the allocator, not objects).
 The demo, 2,378 / 2,361 requests: 479 MiB at its peak with prompts kept as lists of ints, 159 MiB
-with the int32 cache (64 MiB at most; about 41 MiB for these 1,190 prompts).
+with the int32 cache (64 MiB at most; about 40 MiB for the ~1,200 prompts asked for).
 """
 
 from __future__ import annotations
