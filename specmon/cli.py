@@ -204,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
     p.add_argument("--fleet", action="store_true",
                    help="layouts/fleet.yaml: the real smg gateway in front of four simulated workers, ramped through it")
+    p.add_argument("--prefix", action="store_true",
+                   help="layouts/prefix-cache.yaml: shared system prompts on a server with its prefix cache and one without")
     _add_slo_options(p)
     _add_metrics_options(p)
 

@@ -3,7 +3,9 @@ launched, ramped and watched, with the command line's overrides:
 --levels, --speed (the simulator's), --level-duration (simulated seconds), --out, --layout,
 --slo-ttft / --slo-tpot (seconds; the SLO and goodput knees in session.json).
 `specmon demo --fleet`: layouts/fleet.yaml instead (SGLang's model gateway, smg, in front of four
-simulated workers, one with two DP ranks; the ramp goes through the gateway)."""
+simulated workers, one with two DP ranks; the ramp goes through the gateway).
+`specmon demo --prefix`: layouts/prefix-cache.yaml instead (the same shared-prefix load on a
+simulated server with its radix cache and one without: the hit rate and the TTFT it buys)."""
 
 from __future__ import annotations
 
@@ -18,18 +20,22 @@ def run(args) -> int:
     from specmon.servers.layout import is_sim_command, load_layout
 
     fleet = getattr(args, "fleet", False)
+    prefix = getattr(args, "prefix", False)
     if fleet and args.layout:
         raise UsageError("--fleet and --layout: --fleet is the layout fleet (layouts/fleet.yaml); give one of them")
+    if prefix and (args.layout or fleet):
+        raise UsageError(f"--prefix and {'--layout' if args.layout else '--fleet'}: --prefix is the layout "
+                         "prefix-cache (layouts/prefix-cache.yaml); give one of them")
     if fleet:
         _require_smg()
-    layout, warnings = load_layout(args.layout or ("fleet" if fleet else "demo"))
+    layout, warnings = load_layout(args.layout or ("fleet" if fleet else "prefix-cache" if prefix else "demo"))
     for w in warnings:
         print(f"specmon: warning: {w}", file=sys.stderr)
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                     slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
     return run_layout(layout, out=args.out, headless=args.headless, interval=None,
-                      title="specmon demo --fleet" if fleet else "specmon demo",
+                      title="specmon demo --fleet" if fleet else "specmon demo --prefix" if prefix else "specmon demo",
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host)
 
 
