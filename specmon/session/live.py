@@ -88,6 +88,7 @@ class LiveSession:
         self._fleet_task: Optional[asyncio.Task] = None
         self._fleet_samples: dict[str, Sample] = {}  # arm -> the fleet's own reading this tick
         self._fleet_only: set[str] = set()  # arms the fleet measures itself (no direct scrape)
+        self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
         self._collectors: dict[str, ArmCollector] = {}
@@ -240,6 +241,8 @@ class LiveSession:
         rows stop; everything recorded stays)."""
         for f in self.fleets:
             if f.name not in self._fleet_polls:
+                if getattr(f, "kind", None) == "gateway":  # its figures only for workers not answering us
+                    f.needs_figures = {a.url for a in self.arms if a.fleet == f.name and a.name in self._unreachable}
                 self._fleet_polls[f.name] = asyncio.create_task(f.poll())
         await asyncio.wait(list(self._fleet_polls.values()), timeout=deadline_s)
         self._fleet_samples = {}
@@ -281,6 +284,9 @@ class LiveSession:
         for name in removed:
             self.arms = [a for a in self.arms if a.name != name]
             self._fleet_only.discard(name)
+            # its history is in the CSVs; a fleet whose workers come and go under new names must
+            # not grow a ring per name forever
+            self._samples.pop(name, None)
             c = self._collectors.pop(name, None)
             t = self._inflight.pop(name, None)
             if t is not None:
@@ -379,6 +385,7 @@ class LiveSession:
             elif t.done():
                 del self._inflight[spec.name]
                 s = _scrape_result(t, c, ts)
+                (self._unreachable.discard if s.up else self._unreachable.add)(spec.name)
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
                            reason=f"no answer from {c.shown} yet (scrape running for "
