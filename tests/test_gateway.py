@@ -260,7 +260,9 @@ def test_attach_to_the_gateway_is_get_only_and_records_per_worker_rows(regular, 
     assert "is a gateway: watching the workers it lists" in p.stderr
     assert front.methods() == {"GET"} and mfront.methods() == {"GET"}
     paths = {path.split("?")[0] for _, path in front.requests}
-    assert {"/workers", "/readiness", "/get_loads", "/engine_metrics"} <= paths
+    assert {"/workers", "/readiness", "/get_loads"} <= paths
+    # every worker answered specmon itself: the gateway's merge of their /metrics was never needed
+    assert "/engine_metrics" not in paths
     # what the workers got meanwhile (specmon's scrapes and the gateway's checks): GETs, and the
     # gateway's gRPC probe (HTTP/2 preface "PRI *"), nothing that changes a thing
     for w in ("a", "b"):
@@ -285,7 +287,8 @@ def test_a_listed_worker_that_cannot_be_reached_stays_shown(regular, model_dir, 
         gw.wait_workers(3)
     # d is gone (its process stopped) and still listed by the gateway
     name_d = f"127.0.0.1:{urllib.parse.urlsplit(d.url).port}"
-    fleet = GatewayFleet(gw.url, metrics_url=gw.metrics_url)
+    front = RecordingProxy(gw.url)  # what the fleet asks the gateway for
+    fleet = GatewayFleet(front.url, metrics_url=gw.metrics_url)
     events: list = []
     live = LiveSession([], interval=0.5, out_dir=tmp_path / "s", mode="attach", fleets=[fleet], nvml=None)
 
@@ -296,7 +299,12 @@ def test_a_listed_worker_that_cannot_be_reached_stays_shown(regular, model_dir, 
         stop.set()
         await asyncio.wait_for(task, 30)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        front.close()
+    # a worker specmon cannot reach: the gateway's merge of the workers' /metrics is asked for
+    assert "/engine_metrics" in {path.split("?")[0] for _, path in front.requests}
     ticks = [e for e in events if isinstance(e, SamplesTick)]
     last = ticks[-1]
     d_sample = next(s for s in last.samples if s.arm == name_d)

@@ -107,6 +107,12 @@ def test_engine_metrics_split_per_worker_and_dp_ranks():
     ranks = ranks_from_metrics(per["http://h:1"])
     assert [(r.dp_rank, r.running_reqs, r.kv_usage) for r in ranks] == [(0, 0, 0.1), (1, 4, 0.97)]
     assert ranks_from_metrics(per["http://h:2"]) == []
+    # only the workers the session cannot reach itself: h:1's lines are never parsed (h:10 is not h:1)
+    text += 'sglang_num_running_reqs{engine_type="unified",tp_rank="0",worker_addr="http://h:10/"} 3\n'
+    only = split_engine_metrics(text, only={"http://h:1"})
+    assert set(only) == {"http://h:1"} and only["http://h:1"].dp_total("num_running_reqs") == 4
+    assert set(split_engine_metrics(text, only={"http://h:10", "http://h:2"})) == {"http://h:10", "http://h:2"}
+    assert split_engine_metrics(text, only=set()) == {}
 
 
 # --------------------------------------------------------------------------------------------

@@ -331,10 +331,15 @@ def _split_labels(body: str) -> list[str]:
     return [p for p in parts if "=" in p]
 
 
-def split_engine_metrics(text: str) -> dict[str, MetricsSnapshot]:
+def split_engine_metrics(text: str, only: Optional[set[str]] = None) -> dict[str, MetricsSnapshot]:
     """The gateway's /engine_metrics (every worker's /metrics, each series labelled worker_addr)
-    as one MetricsSnapshot per worker base URL, the worker_addr label taken off. Raises
+    as one MetricsSnapshot per worker base URL, the worker_addr label taken off; `only`: just
+    these workers' (their lines are picked by worker_addr before anything is parsed). Raises
     MetricsParseError (a ValueError) when the text cannot be read or is past the parser's bounds."""
+    if only is not None:
+        marks = tuple(f'worker_addr="{u.rstrip("/")}{end}' for u in only for end in ('"', "/"))
+        text = "\n".join(line for line in text.splitlines()
+                         if line.startswith("#") or any(m in line for m in marks)) + "\n"
     snap = MetricsSnapshot.parse(text, ts=time.time(), only=USED_METRICS)
     per: dict[str, dict[str, list]] = {}
     for name in snap.names():
@@ -344,7 +349,7 @@ def split_engine_metrics(text: str) -> dict[str, MetricsSnapshot]:
                 continue
             rest = {k: x for k, x in lab.items() if k != "worker_addr"}
             per.setdefault(url, {}).setdefault(name, []).append((rest, v))
-    return {url: MetricsSnapshot(series, snap.ts) for url, series in per.items()}
+    return {url: MetricsSnapshot(series, snap.ts) for url, series in per.items() if only is None or url in only}
 
 
 def is_sglang_metrics(text: str) -> bool:
@@ -500,6 +505,12 @@ class GatewayFleet:
         self._discover = discover_metrics and not self._metrics_given
         self._discover_due = 0.0
         self.engine_metrics_every_s = engine_metrics_every_s
+        # The worker URLs whose figures the session needs from the gateway because it cannot reach
+        # them itself (LiveSession sets it before each poll); None: every worker's (no session says).
+        # /engine_metrics is asked for, and read, only for those: every worker's /metrics merged is
+        # the costliest thing the gateway serves, and parsing it (64 workers: about 3 MB) would
+        # hold the load generator's thread back in a ramp through the gateway.
+        self.needs_figures: Optional[set[str]] = None
         self._engine_due = 0.0
         self._engine_problem: Optional[str] = None
         self._engine: dict[str, tuple[float, Sample]] = {}  # worker URL -> (when, its Sample from /engine_metrics)
@@ -544,7 +555,8 @@ class GatewayFleet:
             jobs["discover"] = self._discover_metrics(registry)
         if self.metrics_url is not None:
             jobs["metrics"] = _get(self._client, self.metrics_url, h, METRICS_MAX_BYTES)
-        if now >= self._engine_due and registry:
+        wanted = self.needs_figures
+        if now >= self._engine_due and registry and (wanted is None or wanted):
             jobs["engine"] = get(ENGINE_METRICS_PATH, METRICS_MAX_BYTES)
             self._engine_due = now + self.engine_metrics_every_s
         done = dict(zip(jobs, await asyncio.gather(*jobs.values())))
@@ -578,7 +590,9 @@ class GatewayFleet:
                            "requests per worker and circuit states not known")
 
         if "engine" in done:
-            await self._read_engine_metrics(done["engine"], registry, now)
+            await self._read_engine_metrics(done["engine"], registry, now, wanted)
+        elif wanted is not None and not wanted:
+            self._engine_problem = None  # not asked for: every worker answers specmon itself
         if self._engine_problem:
             reasons.append(self._engine_problem)
 
@@ -649,7 +663,8 @@ class GatewayFleet:
             s.reason = f"the gateway's /get_loads gives only its load: {load.load:,} tokens (running and queued)"
         return s
 
-    async def _read_engine_metrics(self, answer: tuple, registry: list[RegistryWorker], now: float) -> None:
+    async def _read_engine_metrics(self, answer: tuple, registry: list[RegistryWorker], now: float,
+                                   only: Optional[set[str]] = None) -> None:
         status, body, problem = answer
         if status != 200:
             words = problem or f"HTTP {status}"
@@ -660,7 +675,7 @@ class GatewayFleet:
         try:
             # every worker's series at once: parsed in a thread (about 1 s for 12 workers on 2 cores),
             # so the session's ticks go on meanwhile
-            per = await asyncio.to_thread(split_engine_metrics, body.decode("utf-8", errors="replace"))
+            per = await asyncio.to_thread(split_engine_metrics, body.decode("utf-8", errors="replace"), only)
         except (MetricsParseError, ValueError) as e:
             self._engine_problem = (f"the gateway's {ENGINE_METRICS_PATH} could not be read ({e}): worker figures "
                                     "come from specmon's own scrape of each worker")
