@@ -94,6 +94,12 @@ def test_rate_levels_offer_seeded_arrivals_and_cut_an_over_saturated_level(tmp_p
     assert float(steady["offered_rate"]) == 1.0 and float(flooded["offered_rate"]) == 6.0
     assert steady["knee"] != "over_saturation" and steady["valid"] == "1", steady["invalid_reason"]
     assert float(steady["achieved_rate"]) == pytest.approx(1.0, rel=0.4)
+    # EAGLE on fp8-mtp: the level's acceptance is its own requests' (tokens / spec_verify_ct), not the gauge
+    reqs_ok = [r for r in rows(tmp_path / "requests.csv") if r["level"] == "0" and r["status"] == "ok"]
+    assert steady["accept_length_source"] == "requests" and 1.0 < float(steady["accept_length"]) <= 4.0
+    assert float(steady["accept_length"]) == pytest.approx(
+        sum(int(r["output_tokens"]) for r in reqs_ok if r["in_window"] == "1")
+        / sum(int(r["spec_verify_ct"]) for r in reqs_ok if r["in_window"] == "1"), rel=1e-4)
     assert flooded["knee"] == "over_saturation" and flooded["valid"] == "0"
     assert "backlog grew" in flooded["note"] and "cut short" in flooded["note"]
     assert float(flooded["duration_s"]) < 55                              # of the 60 planned

@@ -809,26 +809,33 @@ class RampDriver:
             slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
             sends: set[asyncio.Task] = set()
             cut = level.cut[arm]
-            paused_s = 0.0
+            paused = [0.0]  # wall seconds the schedule has waited for a pause
             n = 0
+
+            def ended() -> bool:
+                return stop.is_set() or cut.is_set() or arm in self.denied
+
+            async def until(t: float) -> None:
+                """Wait until wall time t (later by every pause) or the arm's level ends."""
+                while not ended():
+                    if self._paused.is_set():  # the schedule waits with the level clock
+                        level.paused_during = True
+                        await asyncio.sleep(0.05)
+                        paused[0] += 0.05
+                        continue
+                    delay = t + paused[0] - time.time()
+                    if delay <= 0:
+                        return
+                    await asyncio.sleep(min(delay, 0.05))
+
             try:
                 for offset in arrival_times(plan.arrival, rate, plan.seed, i, plan.burstiness):
                     if (n_max and n >= n_max) or (horizon is not None and offset >= horizon):
                         break
-                    due = level.t0 + offset / pace + paused_s
-                    while not (stop.is_set() or cut.is_set() or arm in self.denied):
-                        if self._paused.is_set():  # the schedule waits with the level clock
-                            level.paused_during = True
-                            await asyncio.sleep(0.05)
-                            paused_s += 0.05
-                            due += 0.05
-                            continue
-                        delay = due - time.time()
-                        if delay <= 0:
-                            break
-                        await asyncio.sleep(min(delay, 0.05))
-                    if stop.is_set() or cut.is_set() or arm in self.denied:
+                    await until(level.t0 + offset / pace)
+                    if ended():
                         break
+                    due = level.t0 + offset / pace + paused[0]
                     n += 1
                     o = RequestOutcome(request_id=f"{arm}-L{i}-{n}", t_scheduled_wall=due,
                                        t_scheduled=time.perf_counter() + (due - time.time()))
@@ -836,6 +843,8 @@ class RampDriver:
                     task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
                     sends.add(task)
                     task.add_done_callback(sends.discard)
+                if horizon is not None:
+                    await until(level.planned_t1)  # the schedule's last stretch without an arrival is the level's too
                 level.arm_stop.setdefault(arm, time.time())
                 level.streams[arm] = n  # requests sent (an open loop has no streams)
                 if cut.is_set():
