@@ -158,9 +158,10 @@ class Exporter:
             self.arms.append(name)
 
     def _on_level(self, e: LevelStarted) -> None:
-        # The ramp drives every arm of the session at the same level.
+        # The ramp drives every arm of the session at the same level. A rate level (open loop)
+        # offers no concurrency: its series is absent, not its in-flight cap.
         for arm in self.arms:
-            _set(self.offered, (arm,), e.offered_concurrency)
+            _set(self.offered, (arm,), e.offered_concurrency if e.offered_rate is None else None)
             _set(self.level, (arm,), e.level)
 
     def _on_tick(self, e: SamplesTick) -> None:

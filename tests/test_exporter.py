@@ -235,6 +235,17 @@ def test_level_follows_the_ramp_and_goes_unset_when_it_ends():
     assert series(ex, "specmon_offered_concurrency") == {}
 
 
+def test_a_rate_level_offers_no_concurrency():
+    """An open-loop level (--rates) after a concurrency level: its cap (0) is not exported as the
+    concurrency offered; the level index still is."""
+    ex = Exporter()
+    ex(started("a"))
+    ex(LevelStarted(level=0, offered_concurrency=4, planned_s=None, levels_total=2))
+    assert value(ex, "specmon_offered_concurrency", arm="a") == 4
+    ex(LevelStarted(level=1, offered_concurrency=0, planned_s=None, levels_total=2, offered_rate=2.5))
+    assert series(ex, "specmon_offered_concurrency") == {} and value(ex, "specmon_ramp_level", arm="a") == 1
+
+
 def test_buckets_suit_llm_serving():
     assert TTFT_BUCKETS[0] <= 0.01 and TTFT_BUCKETS[-1] >= 60
     assert ITL_BUCKETS[0] <= 0.001 and ITL_BUCKETS[-1] >= 0.5
