@@ -114,6 +114,13 @@ def test_command_override_from_env():
      "layouts/x.yaml: arms: expected distinct arm names, 'a' appears twice"),
     ("arms:\n  - {name: a, attach: 'http://h:1'}\nramp: {levels: [0, 2]}\n",
      "layouts/x.yaml: ramp.levels: expected a non-empty list of positive concurrency levels, got [0, 2]"),
+    ("arms:\n  - {name: a, attach: 'http://h:1'}\n  - {name: b, attach: 'http://h:2'}\n"
+     "ramp: {search: true, slo_ttft_s: 1}\n",
+     "layouts/x.yaml: ramp.search: one server at a time (each needs its own levels), the layout has 2 arms"),
+    ("arms:\n  - {name: a, attach: 'http://h:1'}\nramp: {rates: [1, 2], burstiness: 0.5, arrival: gamma, "
+     "turns: 2}\n",
+     "layouts/x.yaml: ramp.turns: multi-turn conversations run in closed-loop levels; with rates each arrival is "
+     "one request"),
     ("arms:\n  - {name: a, attach: 'http://h:1'}\nramp: {levels: [1], restart_between_levels: maybe}\n",
      "layouts/x.yaml: ramp.restart_between_levels: expected true or false, got 'maybe'"),
     ("arms:\n  - {name: a, launch: {flags: {model_path: m, kv_cache_dtype: fp9}}}\n",

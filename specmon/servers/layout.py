@@ -496,6 +496,9 @@ def check_combinations(layout: Layout, env: Optional[dict[str, str]] = None) -> 
                                 "two servers on one GPU compete for its memory")
             gpus_seen.setdefault(g, arm.name)
     _check_gateway(layout, errors)
+    ramp_arms = 1 if layout.gateway is not None else len(layout.arms)  # a gateway is ramped as one arm
+    if layout.ramp is not None and layout.ramp.search and ramp_arms > 1:
+        errors.append(f"ramp.search: one server at a time (each needs its own levels), the layout has {ramp_arms} arms")
     return errors, warnings
 
 
