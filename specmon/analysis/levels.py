@@ -68,6 +68,7 @@ KV_FULL = 0.95
 # a sped-up simulator stretches that trip by its speed. A client capped below C (a connection
 # pool of 100 under C=150 is 67 %) still falls well under it.
 SERVER_SEEN_MIN = 0.8
+JUDGE_LIFETIMES = 1.5  # a level shorter than this many request lifetimes is not judged client- or server-bound
 THROUGHPUT_BATCH_S = 5.0  # batch-means batch length, in the arm's seconds (analysis/knee.py)
 MIN_BATCHES = 4
 
@@ -284,11 +285,11 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     # One request of slack on top: a prefill report (SGLang writes the gauges after every prefill
     # batch) counts the running batch *before* its new sequences join, so with short requests and
     # frequent arrivals the gauge reads one low for a good part of the level (at C=3 that is 33%).
-    # Who held the level back is a statement about steady state: it needs a window of a few
-    # request lifetimes and a few scrapes in it. A count-based level close to its concurrency
-    # (16 requests at C=12) is mostly ramp-down; its short full-C window proves nothing about
-    # the client (it was idle), so it says that it is short instead of blaming anyone.
-    judged = e_wall is not None and W >= 3 * e_wall and len(both) >= 3
+    # Who held the level back is a statement about steady state: it needs a window longer than
+    # a request's lifetime (x1.5) and a few scrapes in it. A count-based level close to its
+    # concurrency (16 requests at C=12) is mostly ramp-down; its short full-C window proves
+    # nothing about the client (it was idle), so it says that it is short instead of blaming anyone.
+    judged = e_wall is not None and W >= JUDGE_LIFETIMES * e_wall and len(both) >= 3
     if not judged and r.ok > 0:
         lifetimes = f", {W / e_wall:.1f} request lifetimes of {e_wall * scale:.2f} s" if e_wall else ""
         short_note = (f"short level: {offered} in flight together for {W * scale:.1f} s{lifetimes}, "
