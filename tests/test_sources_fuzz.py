@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specmon.model import ArmInfo, ArmSpec, Sample
-from specmon.sources.prom import MetricsParseError, MetricsSnapshot
+from specmon.sources.prom import MetricsParseError, MetricsSnapshot, _keep_lines, fast_series, slow_series
 from specmon.sources.serverinfo import arm_info_from_server_info, json_body, parse_loads
 from specmon.sources.sglang import USED_METRICS, ArmCollector
 
@@ -347,3 +347,34 @@ def test_fuzz_json_body(body):
         return
     check_info(value)
     check_loads(value)
+
+
+def _plain(series):
+    """A series dict with NaN made comparable."""
+    return {k: [(lab, "nan" if v != v else v) for lab, v in rows] for k, rows in series.items()}
+
+
+def test_the_fast_path_reads_sglangs_own_body_as_the_parser_does():
+    kept = _keep_lines(SAMPLE_TEXT, USED_METRICS)
+    fast = fast_series(kept)
+    assert fast is not None and _plain(fast) == _plain(slow_series(kept))  # SGLang's lines are all plain
+
+
+@fuzz(300)
+@given(st.lists(metric_line, max_size=8), mutated_sample())
+def test_fuzz_the_fast_path_reads_what_the_parser_reads_or_hands_it_over(lines, body):
+    for drawn in ("\n".join(lines), body.decode("utf-8", errors="replace")):
+        # the parser's input as MetricsSnapshot.parse hands it over: sample lines, no comments
+        text = "\n".join(ln for ln in drawn.splitlines() if ln and ln[0] != "#") + "\n"
+        fast = fast_series(text)
+        try:
+            slow = slow_series(text)
+        except MetricsParseError:
+            assert fast is None, text  # never a reading where the parser says the body is bad
+            CASES["fast path: parser refused"] += 1
+            continue
+        if fast is None:
+            CASES["fast path: handed over"] += 1
+        else:
+            assert _plain(fast) == _plain(slow), text
+            CASES["fast path: same reading"] += 1

@@ -19,13 +19,15 @@ with `--enable-metrics-for-all-schedulers` (or TP=2 for a few series) several ra
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
 _PREFIXES = ("sglang:", "sglang_")
-# What the (pure Python, ~35 us a line) parser is handed at most. SGLang's own /metrics keeps a
+# What the (pure Python, ~35 us a line) parser is handed at most (the plain lines' fast path is
+# bounded the same). SGLang's own /metrics keeps a
 # few hundred lines of the series we read and tens of KiB; a body far past these would hold
 # the event loop (and every other arm) for seconds, so it is refused as malformed instead.
 MAX_PARSED_LINES = 10_000
@@ -69,14 +71,11 @@ class MetricsSnapshot:
 
         Raises MetricsParseError, and nothing else, for a body that cannot be read."""
         text = _keep_lines(text, only)
-        series: dict[str, list[tuple[dict[str, str], float]]] = {}
-        try:
-            for family in text_string_to_metric_families(text):
-                for s in family.samples:
-                    series.setdefault(bare_name(s.name), []).append((dict(s.labels), float(s.value)))
-        except Exception as e:  # the third-party parser raises ValueError, IndexError and friends
-            raise MetricsParseError(f"{type(e).__name__}: {str(e)[:80]}") from e
-        return cls(series, ts)
+        # The kept sample lines (no HELP/TYPE left: families play no part) in the plain form SGLang
+        # writes are read by one regular expression, about 5x faster; anything else goes to the
+        # full parser, so the answer (or the error) is the parser's (tests/test_sources_fuzz.py).
+        series = fast_series(text) if only is not None else None
+        return cls(series if series is not None else slow_series(text), ts)
 
     def names(self) -> set[str]:
         return set(self._series)
@@ -142,6 +141,49 @@ class MetricsSnapshot:
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count")
+
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def slow_series(text: str) -> Series:
+    """Every sample of an exposition text by bare name, read by prometheus_client's parser."""
+    series: Series = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                series.setdefault(bare_name(s.name), []).append((dict(s.labels), float(s.value)))
+    except Exception as e:  # the third-party parser raises ValueError, IndexError and friends
+        raise MetricsParseError(f"{type(e).__name__}: {str(e)[:80]}") from e
+    return series
+
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_PAIR = r'[a-zA-Z][a-zA-Z0-9_]*="[^"\\\n]*"'
+_NUMBER = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN"
+_PLAIN_LINE = re.compile(rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*)?)\}})? ({_NUMBER})")
+_LABEL = re.compile(r'([a-zA-Z][a-zA-Z0-9_]*)="([^"]*)"')
+
+
+def fast_series(text: str) -> Optional[Series]:
+    """slow_series for sample lines (no comments) in the plain form `name{k="v",...} value`:
+    no escapes, no timestamp, no spaces but the one before the value, label names starting with
+    a letter, each once. None when any line is not in that form (then the full parser reads it)."""
+    series: Series = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        m = _PLAIN_LINE.fullmatch(line)
+        if m is None:
+            return None
+        name, body, value = m.groups()
+        if len(value) > 300:
+            return None  # the parser reads an integer as int first: one past a float's range is its error
+        pairs = _LABEL.findall(body) if body else []
+        labels = dict(pairs)
+        if len(labels) != len(pairs):
+            return None  # a label named twice: the parser's call
+        series.setdefault(bare_name(name), []).append((labels, float(value)))
+    return series
 
 
 def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
