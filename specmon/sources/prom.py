@@ -62,6 +62,9 @@ class MetricsSnapshot:
     def __init__(self, series: dict[str, list[tuple[dict[str, str], float]]], ts: float):
         self._series = series
         self.ts = ts
+        # histogram() answers, by (name, match): a snapshot never changes, and a scrape's window
+        # asks the same two snapshots for the same histograms once per percentile and mean
+        self._histograms: dict[tuple, Optional[Histogram]] = {}
 
     @classmethod
     def parse(cls, text: str, ts: float, only: Optional[frozenset[str]] = None) -> "MetricsSnapshot":
@@ -116,6 +119,12 @@ class MetricsSnapshot:
 
     def histogram(self, name: str, **match: str) -> Optional[Histogram]:
         """The rank-0 series of histogram `name` (buckets from `<name>_bucket`)."""
+        key = (name, tuple(sorted(match.items())))
+        if key not in self._histograms:
+            self._histograms[key] = self._histogram(name, match)
+        return self._histograms[key]
+
+    def _histogram(self, name: str, match: dict[str, str]) -> Optional[Histogram]:
         rows = [(lab, v) for lab, v in self._series.get(name + "_bucket", ()) if _matches(lab, match)]
         rows = _pick_rank0(rows)
         rows = [(lab, v) for lab, v in rows if not lab.get("priority")] or rows
