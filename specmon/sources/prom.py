@@ -187,12 +187,25 @@ def fast_series(text: str) -> Optional[Series]:
         name, body, value = m.groups()
         if len(value) > 300:
             return None  # the parser reads an integer as int first: one past a float's range is its error
-        pairs = _LABEL.findall(body) if body else []
-        labels = dict(pairs)
-        if len(labels) != len(pairs):
-            return None  # a label named twice: the parser's call
+        labels = _LABEL_SETS.get(body) if body else _NO_LABELS
+        if labels is None:
+            pairs = _LABEL.findall(body)
+            labels = dict(pairs)
+            if len(labels) != len(pairs):
+                return None  # a label named twice: the parser's call
+            if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
+                _LABEL_SETS.clear()
+            _LABEL_SETS[body] = labels
         series.setdefault(bare_name(name), []).append((labels, float(value)))
     return series
+
+
+# A server writes the same label sets scrape after scrape: one dict each, shared by every
+# snapshot that holds it (snapshots never change their labels). A collector's window holds 30
+# scrapes, so this is most of a snapshot's memory (75 KiB of SGLang's body each, unshared).
+_LABEL_SETS: dict[str, dict[str, str]] = {}
+_LABEL_SETS_MAX = 200_000
+_NO_LABELS: dict[str, str] = {}
 
 
 def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
