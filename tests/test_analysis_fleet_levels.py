@@ -116,3 +116,14 @@ def test_fleet_info_shares_what_the_workers_share_and_sums_pools_and_caps():
     assert fleet_info([a, ArmInfo(model="m", time_scale=10.0)]).kv_capacity_tokens is None
     assert fleet_info([a, ArmInfo(model="m", time_scale=10.0)]).time_scale == 10.0
     assert fleet_info([]) is None
+
+
+def test_a_pd_fleets_imbalance_compares_workers_of_one_role():
+    rows = [LevelResult(arm=a, level=0, offered_concurrency=12, running_mean=m)
+            for a, m in (("p1", 1.0), ("p2", 1.0), ("d1", 4.0), ("d2", 8.0))]
+    roles = {"p1": "prefill", "p2": "prefill", "d1": "decode", "d2": "decode"}
+    f = fleet_levels("gw", "g", rows, {}, None, roles=roles)
+    assert f.imbalance == {"0": pytest.approx(8.0 / 6.0, abs=1e-4)} and f.busiest == {"0": "d2"}  # not 8 / 3.5
+    assert fleet_levels("gw", "g", rows, {}, None).imbalance == {"0": pytest.approx(8.0 / 3.5, abs=1e-4)}
+    one_each = fleet_levels("gw", "g", [rows[0], rows[2]], {}, None, roles=roles)
+    assert one_each.imbalance == {"0": None}  # one worker of each role: nothing to compare

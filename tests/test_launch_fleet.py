@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from gatewayproc import have_gateway
+from simproc import free_port
 from specmon.errors import UsageError
 from specmon.servers.launch import Supervisor
 from specmon.servers.layout import load_layout, parse_layout
@@ -176,3 +177,43 @@ def test_launch_the_fleet_layout_headless_ramps_through_the_gateway_and_leaves_n
     with open(out / "samples.csv", newline="") as f:
         ranks = {r["dp_rank"] for r in csv.DictReader(f) if r["arm"] == "w3-dp2" and r["dp_rank"]}
     assert ranks == {"0", "1"}
+
+
+@pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+def test_a_pd_layout_launches_a_pd_gateway_and_ramps_through_it(tmp_path):
+    path = tmp_path / "pd.yaml"
+    path.write_text(SIM + textwrap.dedent("""
+        interval_s: 0.5
+        arms:
+          - name: prefill
+            launch: {flags: {speed: 20, enable_metrics: true, disaggregation_mode: prefill,
+                             disaggregation_bootstrap_port: %d}}
+          - name: decode-a
+            launch: {flags: {speed: 20, enable_metrics: true, disaggregation_mode: decode}}
+          - name: decode-b
+            launch: {flags: {speed: 20, enable_metrics: true, disaggregation_mode: decode}}
+        gateway: {name: pd, policy: round_robin}
+        ramp: {levels: [4, 8], input_len: 1024, output_len: 128, level_duration_s: 60, settle_s: 15}
+        """ % free_port()))
+    out = tmp_path / "session"
+    p = subprocess.run([sys.executable, "-m", "specmon", "launch", str(path), "--headless", "--out", str(out)],
+                       cwd=str(REPO), capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    header = (out / "logs" / "pd.log").read_text().splitlines()[0]
+    assert "--pd-disaggregation --prefill http://127.0.0.1:" in header and header.count("--decode ") == 2
+    meta = json.loads((out / "session.json").read_text())
+    assert {a["name"]: a["role"] for a in meta["arms"]} == {"prefill": "prefill", "decode-a": "decode",
+                                                            "decode-b": "decode"}
+    with open(out / "levels.csv", newline="") as f:
+        levels = list(csv.DictReader(f))
+    fleet = [r for r in levels if not r["worker"]]
+    assert [r["arm"] for r in fleet] == ["pd", "pd"] and all(int(r["ok"]) > 0 for r in fleet)
+    top = {r["arm"]: r for r in levels if r["worker"] and r["level"] == "1"}
+    # the decode workers hold the running requests and make the tokens; the prefill worker answers
+    # the first token of each and holds little
+    assert float(top["decode-a"]["output_tok_s"]) > 0 and float(top["decode-b"]["output_tok_s"]) > 0
+    assert float(top["prefill"]["running_mean"]) < float(top["decode-a"]["running_mean"])
+    assert top["prefill"]["ttft_p50_s"] != ""
+    # the imbalance compares the two decode workers, not the prefill worker with them
+    f = meta["fleet_levels"]["pd"]
+    assert f["busiest"]["1"] in ("decode-a", "decode-b") and f["imbalance"]["1"] < 2.0

@@ -17,7 +17,8 @@ The gateway's row keeps the client's figures (TTFT, tok/s as seen through the ga
 server figures (running, queued, KV) come from the fleet's sums (`fleet_samples`).
 
 Across workers, per level: routing imbalance = max / mean of the workers' running_mean (1.0 is
-even; a worker given twice its share reads 2.0 when the others share the rest). Over the ramp:
+even; a worker given twice its share reads 2.0 when the others share the rest), among workers of
+one role (prefill, decode, regular; the most uneven role's figure). Over the ramp:
 each worker's knees (analysis.knee on its own rows; its offered level is the fleet's C) and the
 worker that saturated first: the lowest queueing or plateau knee, queueing first on a tie.
 """
@@ -185,14 +186,22 @@ def first_saturated(knees: Mapping[str, KneesSummary]) -> tuple[Optional[str], O
 
 
 def fleet_levels(arm: str, fleet: str, worker_rows: Sequence[LevelResult],
-                 worker_knees: Mapping[str, KneesSummary], fleet_knees: Optional[KneesSummary]) -> FleetLevels:
-    """The fleet's summary over the levels so far (session.json fleet_levels[arm])."""
+                 worker_knees: Mapping[str, KneesSummary], fleet_knees: Optional[KneesSummary],
+                 roles: Optional[Mapping[str, Optional[str]]] = None) -> FleetLevels:
+    """The fleet's summary over the levels so far (session.json fleet_levels[arm]). `roles`:
+    worker -> regular | prefill | decode; the imbalance compares workers of one role (a PD
+    fleet's prefill workers hold few requests by design), the most uneven role's figure."""
     out = FleetLevels(arm=arm, fleet=fleet)
     for r in worker_rows:
         if r.arm not in out.workers:
             out.workers.append(r.arm)
+    roles = roles or {}
     for lv in sorted({r.level for r in worker_rows}):
-        x, who = routing_imbalance([r for r in worker_rows if r.level == lv])
+        at = [r for r in worker_rows if r.level == lv]
+        found = [routing_imbalance([r for r in at if (roles.get(r.arm) or "") == role])
+                 for role in sorted({roles.get(r.arm) or "" for r in at}, key=str)]
+        found = [(x, who) for x, who in found if x is not None]
+        x, who = max(found, key=lambda f: f[0]) if found else (None, None)
         out.imbalance[str(lv)] = None if x is None else round(x, 4)
         out.busiest[str(lv)] = who
     who, at, how, tied = first_saturated(worker_knees)

@@ -30,6 +30,7 @@ class FleetRamp:
         self.fleets: dict[str, FleetLevels] = {}  # gateway arm -> the fleet's summary so far
         self._gateway_of: dict[str, str] = {}  # worker arm -> its gateway arm
         self._sharing: dict[tuple[str, int], int] = {}  # (worker arm, level) -> workers that shared that level
+        self._roles: dict[str, Optional[str]] = {}  # worker arm -> regular | prefill | decode
         self._opened: dict[str, Optional[MetricsSnapshot]] = {}
         self._called: set[tuple[str, str]] = set()
         # Gateway arms with more than one worker: each request ran on one worker's clock, and
@@ -77,8 +78,9 @@ class FleetRamp:
                 rows.append(r)
             every = [r for name, rs in self.rows.items() if self._gateway_of.get(name) == arm.name for r in rs]
             mine = {n: k for n, k in self.knees.items() if self._gateway_of.get(n) == arm.name}
+            self._roles.update({w.name: w.role for w in workers})
             self.fleets[arm.name] = fleet_levels(arm.name, workers[0].fleet or arm.name, every, mine,
-                                                 knees.get(arm.name))
+                                                 knees.get(arm.name), roles=self._roles)
         return rows, dict(self.knees), dict(self.fleets)
 
     def table(self, results: dict[str, list[LevelResult]]) -> list[LevelResult]:
