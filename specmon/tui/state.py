@@ -164,11 +164,12 @@ class SessionState:
             return list(self.arms[arm].history[key]) if arm in self.arms else []
 
     def level_rows(self) -> list[LevelResult]:
-        """Every finished (level, arm) result, in level order then arm order."""
+        """Every finished (level, arm) result, in level order then arm order; in a ramp through a
+        gateway the gateway's row before its workers' rows."""
         with self.lock:
             rows = [r for arm_state in self.arms.values() for r in arm_state.levels]
         order = {name: i for i, name in enumerate(self.arms)}
-        return sorted(rows, key=lambda r: (r.level, order.get(r.arm, 0)))
+        return sorted(rows, key=lambda r: (r.level, r.worker is not None, order.get(r.arm, 0)))
 
     @property
     def elapsed_s(self) -> Optional[float]:

@@ -36,7 +36,8 @@ class StatusBar(StyledWidget):
             t.append(*dot)
             t.append(fmt.duration(s.elapsed_s), style=self.st("value"))
             t.append(*dot)
-            t.append(f"{len(s.arms)} arm" + ("s" if len(s.arms) != 1 else ""), style=self.st("unit"))
+            n = len(s.arm_names())  # the arms shown: not a gateway only the ramp names, nor workers that left
+            t.append(f"{n} arm" + ("s" if n != 1 else ""), style=self.st("unit"))
             if s.markers:
                 t.append(*dot)
                 t.append(f"{len(s.markers)} mark" + ("s" if len(s.markers) != 1 else ""), style=self.st("unit"))
