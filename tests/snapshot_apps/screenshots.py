@@ -17,7 +17,11 @@ REPO = Path(__file__).resolve().parent.parent.parent
 # (session, file, level to stop in: None = the last). The demo stops at C=26, past both knees of
 # FP8 and the queueing knee of NVFP4, with FP8's TTFT mostly queue.
 SHOTS = [("session_sim_1arm", "specmon-1arm.svg", None), ("session_sim_3arm", "specmon-3arm.svg", None),
-         ("session_demo_2arm", "specmon-demo.svg", 7)]
+         ("session_demo_2arm", "specmon-demo.svg", 7),
+         # a ramp through the real smg gateway: at C=12 its three first workers (the gateway's header
+         # over their panels); at C=64, after four more joined, the fleet table of all seven
+         ("session_gateway_fleet", "specmon-gateway.svg", 1),
+         ("session_gateway_fleet", "specmon-fleet-table.svg", 4)]
 
 
 def mid_level(src: ReplaySource, level=None) -> None:
@@ -25,7 +29,9 @@ def mid_level(src: ReplaySource, level=None) -> None:
     starts = [i for i, e in enumerate(src.events) if isinstance(e, LevelStarted)
               and (level is None or e.level == level)]
     last_start = max(starts)
-    ticks = [i for i, e in enumerate(src.events) if isinstance(e, SamplesTick) and i > last_start]
+    end = next((i for i, e in enumerate(src.events) if i > last_start and isinstance(e, LevelStarted)),
+               len(src.events))  # the level's own ticks, not the levels after it
+    ticks = [i for i, e in enumerate(src.events) if isinstance(e, SamplesTick) and last_start < i < end]
     cut = ticks[len(ticks) // 2] if ticks else len(src.events) - 1
     src.events = src.events[:cut + 2]  # the tick and its LevelProgress
 
@@ -49,5 +55,9 @@ async def shoot(name: str, svg: str, level=None, size=(160, 48)) -> Path:
 
 
 if __name__ == "__main__":
+    import sys
+
+    only = set(sys.argv[1:])  # file names to write (default: every shot)
     for name, svg, level in SHOTS:
-        print(asyncio.run(shoot(name, svg, level)))
+        if not only or svg in only:
+            print(asyncio.run(shoot(name, svg, level)))
