@@ -99,3 +99,17 @@ async def test_many_workers_get_the_fleet_table_sorted_and_drilled_into(tmp_path
         await pilot.pause()
         assert isinstance(app.screen, ArmDetailScreen)
         assert app.screen.arm_name == "w7"
+
+
+def test_a_rank_at_its_request_cap_is_called_out_in_the_table():
+    from specmon.model import ArmInfo
+    from specmon.tui.state import ArmState
+    from specmon.tui.widgets.fleet import row_cells, row_values
+
+    arm = ArmState(name="w0", index=0, info=ArmInfo(model="m", max_running_requests=4))
+    arm.last = Sample(ts=T0, arm="w0", up=True, running_reqs=5, ranks=[
+        RankReading(dp_rank=0, running_reqs=1, kv_usage=0.1), RankReading(dp_rank=1, running_reqs=4, kv_usage=0.3)])
+    cell = str(row_cells(row_values(arm, None))[11])
+    assert cell == "⚠ 1.6x dp1 saturated (running 4 at its cap 4) while dp0 is not"
+    arm.info = None  # the cap not known yet: only what the ranks' own figures say
+    assert str(row_cells(row_values(arm, None))[11]) == "1.6x (2 ranks)"

@@ -87,7 +87,8 @@ def _num(v: Optional[float], spec: str) -> str:
 def row_values(arm: ArmState, active: Optional[int]) -> dict[str, object]:
     """The sortable value of each column for one worker (None sorts last)."""
     s: Optional[Sample] = arm.last
-    im = rank_imbalance(s.ranks) if s is not None and s.ranks else None
+    cap = arm.info.max_running_requests if arm.info is not None else None  # a rank's cap (SGLang's is per rank)
+    im = rank_imbalance(s.ranks, cap) if s is not None and s.ranks else None
     return {
         "worker": arm.name, "state": (s.state if s is not None else "starting"), "role": arm.role or "",
         "running": s.running_reqs if s else None, "queued": s.queued_reqs if s else None,
