@@ -122,8 +122,8 @@ def test_a_remote_gateway_url_still_needs_yes(tmp_path):
 
 def test_workers_joining_mid_ramp_start_a_new_curve_for_the_knees(tmp_path):
     """Two workers, then two more join through the gateway's API as the third level starts: each
-    old worker's share falls from C/2 to C/4, so its throughput drops and comes back; that is no
-    plateau. Rows of the new workers begin where they joined."""
+    old worker's share falls from C/2 to C/4, so its throughput over the fleet's C flattens; that
+    is no plateau. Rows of the new workers begin where they joined."""
     model = str(tmp_path / "model")
     (tmp_path / "model").mkdir()
     flags = ("--enable-metrics", "--model-path", model)
@@ -151,11 +151,12 @@ def test_workers_joining_mid_ramp_start_a_new_curve_for_the_knees(tmp_path):
             by_arm.setdefault(r["arm"], []).append(r)
     assert {a: [r["level"] for r in rs] for a, rs in by_arm.items() if a in old} == {n: ["0", "1", "2", "3"] for n in old}
     assert all(rs[0]["level"] in ("2", "3") for a, rs in by_arm.items() if a in new)
-    # the old workers' tok/s fell when the fleet grew (their share of C=18 is 4.5, of C=12 it was 6) ...
+    # each old worker ran 6 streams at C=12 (of 2 workers) and again at C=24 (of 4): its tok/s is
+    # flat from C=12 on, which over the fleet's C reads as a plateau at C=12 ...
     for name in old:
         x = [float(r["output_tok_s"]) for r in by_arm[name]]
-        assert x[2] < x[1]
-    # ... and no knee is called on that dip
+        assert abs(x[3] / x[1] - 1) < 0.3, x
+    # ... but the fleet changed in between: no knee is called
     knees = json.loads((out / "session.json").read_text())["knees"]
     assert all(knees[n]["plateau"] is None for n in old), {n: knees[n]["plateau_detail"] for n in old}
     assert not [r for r in levels if r["worker"] and r["knee"]]
