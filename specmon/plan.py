@@ -148,8 +148,33 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def check_zipf(v: Any) -> float:
+    if not math.isfinite(v) or not 0 <= v <= MAX_ZIPF:
+        raise ValueError(f"expected a Zipf exponent from 0 (uniform) to {MAX_ZIPF:g}, got {v!r}")
+    return v
+
+
 # --------------------------------------------------------------------------------------------
 # The plan
+
+# Each bounded field's check, after pydantic has its type (None, where the field allows it, is
+# left alone: unset). Numbers refuse booleans before that (pydantic would read true as 1).
+BOUNDS: dict[str, Callable[[Any], Any]] = {
+    "input_len": check_tokens, "output_len": check_tokens, "shared_prefix_len": check_tokens,
+    "prefix_groups": lambda v: check_count(v, MAX_PREFIX_GROUPS),
+    "turns": lambda v: check_count(v, MAX_TURNS),
+    "max_concurrency": lambda v: check_count(v, MAX_LEVEL),
+    "zipf": check_zipf,
+    "burstiness": lambda v: check_positive(v, most=MAX_BURSTINESS),
+    "think_time_s": lambda v: check_seconds(v, zero_ok=True),
+    "settle_s": lambda v: check_seconds(v, zero_ok=True),
+    "level_duration_s": check_seconds, "timeout_s": check_seconds,
+    "slo_ttft_s": check_seconds, "slo_tpot_s": check_seconds,
+    "attainment": check_share,
+    "max_level": lambda v: check_positive(v, most=max(MAX_LEVEL, MAX_RATE)),
+    "seed": check_seed,
+}
+NUMBER_FIELDS = (*BOUNDS, "requests_per_level")
 
 
 @dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))
@@ -229,86 +254,15 @@ class RampPlan:
     def _arrival(cls, v: str) -> str:
         return check_arrival(v)
 
-    @field_validator("shared_prefix_len", "prefix_groups", "turns", "max_concurrency", "zipf", "burstiness",
-                     "think_time_s", "attainment", "max_level", mode="before")
-    @classmethod
-    def _more_numbers(cls, v: Any) -> Any:
-        return _no_bool(v)
-
-    @field_validator("shared_prefix_len")
-    @classmethod
-    def _prefix_len(cls, v: Optional[int]) -> Optional[int]:
-        return None if v is None else check_tokens(v)
-
-    @field_validator("prefix_groups")
-    @classmethod
-    def _groups(cls, v: int) -> int:
-        return check_count(v, MAX_PREFIX_GROUPS)
-
-    @field_validator("turns")
-    @classmethod
-    def _turns(cls, v: int) -> int:
-        return check_count(v, MAX_TURNS)
-
-    @field_validator("max_concurrency")
-    @classmethod
-    def _cap(cls, v: Optional[int]) -> Optional[int]:
-        return None if v is None else check_count(v, MAX_LEVEL)
-
-    @field_validator("zipf")
-    @classmethod
-    def _zipf(cls, v: Optional[float]) -> Optional[float]:
-        if v is None:
-            return None
-        if not math.isfinite(v) or not 0 <= v <= MAX_ZIPF:
-            raise ValueError(f"expected a Zipf exponent from 0 (uniform) to {MAX_ZIPF:g}, got {v!r}")
-        return v
-
-    @field_validator("burstiness")
-    @classmethod
-    def _burstiness(cls, v: float) -> float:
-        return check_positive(v, most=MAX_BURSTINESS)
-
-    @field_validator("think_time_s")
-    @classmethod
-    def _think(cls, v: float) -> float:
-        return check_seconds(v, zero_ok=True)
-
-    @field_validator("attainment")
-    @classmethod
-    def _attainment(cls, v: float) -> float:
-        return check_share(v)
-
-    @field_validator("max_level")
-    @classmethod
-    def _max_level(cls, v: Optional[float]) -> Optional[float]:
-        return None if v is None else check_positive(v, most=max(MAX_LEVEL, MAX_RATE))
-
-    @field_validator("input_len", "output_len", mode="before")
-    @classmethod
-    def _tokens(cls, v: Any) -> Any:
-        return _no_bool(v)
-
-    @field_validator("input_len", "output_len")
-    @classmethod
-    def _tokens_after(cls, v: int) -> int:
-        return check_tokens(v)
-
-    @field_validator("level_duration_s", "settle_s", "timeout_s", "slo_ttft_s", "slo_tpot_s",
-                     "requests_per_level", "seed", mode="before")
+    @field_validator(*NUMBER_FIELDS, mode="before")
     @classmethod
     def _numbers(cls, v: Any) -> Any:
         return _no_bool(v)
 
-    @field_validator("level_duration_s", "timeout_s", "slo_ttft_s", "slo_tpot_s")
+    @field_validator(*BOUNDS)
     @classmethod
-    def _seconds(cls, v: Optional[float]) -> Optional[float]:
-        return None if v is None else check_seconds(v)
-
-    @field_validator("settle_s")
-    @classmethod
-    def _settle(cls, v: float) -> float:
-        return check_seconds(v, zero_ok=True)
+    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
+        return None if v is None else BOUNDS[info.field_name](v)
 
     @field_validator("requests_per_level")
     @classmethod
