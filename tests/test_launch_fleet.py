@@ -51,7 +51,7 @@ ARMS = "arms:\n  - {name: a, launch: {flags: {speed: 50}}}\n  - {name: b, launch
     (ARMS + "gateway: {flags: {worker_urls: [http://h:1]}}\n",
      "layouts/x.yaml: gateway.flags: 'worker_urls' is set by specmon from gateway.workers"),
     (ARMS + "gateway: {flags: {prometheus_port: 9}}\n",
-     "layouts/x.yaml: gateway.flags: 'prometheus_port' is set by specmon: use gateway.metrics_port instead"),
+     "layouts/x.yaml: gateway.flags: 'prometheus_port' is set by specmon: use gateway.metrics_port instead of a flag"),
     (ARMS + "gateway: {port: 40000, metrics_port: 40000}\n",
      "layouts/x.yaml: gateway.port, gateway.metrics_port: expected ports distinct from each other and from the "
      "arms' launch ports"),

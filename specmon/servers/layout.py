@@ -130,17 +130,8 @@ class LaunchSpec(_Strict):
     @field_validator("flags")
     @classmethod
     def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for key, value in flags.items():
-            if not isinstance(key, str) or not _FLAG.match(key.lstrip("-")):
-                raise ValueError(f"expected flag names like model_path or mem-fraction-static, got {key!r}")
-            name = key.lstrip("-").replace("-", "_")
-            if name in ("host", "port"):
-                raise ValueError(f"{name!r} is set by specmon: use launch.{name} instead of a flag")
-            if not _flag_value_ok(value):
-                raise ValueError(f"{key}: expected a string, number, true/false or a list of those, got {value!r}")
-            out[name] = value
-        return out
+        return flag_names(flags, example="model_path or mem-fraction-static", own=SERVER_OWN_FLAGS,
+                          dicts_ok=True)
 
     @field_validator("env")
     @classmethod
@@ -174,6 +165,28 @@ class LaunchSpec(_Strict):
 
     def flag(self, name: str) -> Any:
         return self.flags.get(name)
+
+
+# Flags specmon sets itself on a launched server: flag -> where the layout says it instead.
+SERVER_OWN_FLAGS = {"host": "launch.host", "port": "launch.port"}
+
+
+def flag_names(flags: dict[str, Any], *, example: str, own: dict[str, str], dicts_ok: bool) -> dict[str, Any]:
+    """A layout's `flags:` mapping with names as the program's argparse spells them (`--mem-fraction`
+    -> mem_fraction); a flag specmon sets itself (`own`: flag -> the layout key to use, or "" when
+    it is derived from another key) is refused."""
+    out = {}
+    for key, value in flags.items():
+        if not isinstance(key, str) or not _FLAG.match(key.lstrip("-")):
+            raise ValueError(f"expected flag names like {example}, got {key!r}")
+        name = key.lstrip("-").replace("-", "_")
+        if name in own:
+            instead = f": use {own[name]} instead of a flag" if own[name] else " from gateway.workers"
+            raise ValueError(f"{name!r} is set by specmon{instead}")
+        if not _flag_value_ok(value) or (isinstance(value, dict) and not dicts_ok):
+            raise ValueError(f"{key}: expected a string, number, true/false or a list of those, got {value!r}")
+        out[name] = value
+    return out
 
 
 def _flag_value_ok(value: Any) -> bool:
@@ -217,9 +230,9 @@ class ArmLayout(_Strict):
 
 
 GATEWAY_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
-# smg launch flags specmon sets itself for a launched gateway
-GATEWAY_OWN_FLAGS = ("host", "port", "worker_urls", "prefill", "decode", "pd_disaggregation", "prometheus_host",
-                     "prometheus_port")
+# smg launch flags specmon sets itself for a launched gateway ("": derived from gateway.workers)
+GATEWAY_OWN_FLAGS = {"host": "gateway.host", "port": "gateway.port", "prometheus_port": "gateway.metrics_port",
+                     "worker_urls": "", "prefill": "", "decode": "", "pd_disaggregation": "", "prometheus_host": ""}
 PD_ROLES = ("prefill", "decode")
 
 
@@ -250,19 +263,7 @@ class GatewayLayout(_Strict):
     @field_validator("flags")
     @classmethod
     def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for key, value in flags.items():
-            if not isinstance(key, str) or not _FLAG.match(key.lstrip("-")):
-                raise ValueError(f"expected flag names like health_check_interval_secs, got {key!r}")
-            name = key.lstrip("-").replace("-", "_")
-            if name in GATEWAY_OWN_FLAGS:
-                where = {"port": "gateway.port", "host": "gateway.host", "prometheus_port": "gateway.metrics_port"}
-                instead = f": use {where[name]} instead" if name in where else " from gateway.workers"
-                raise ValueError(f"{name!r} is set by specmon{instead}")
-            if not _flag_value_ok(value) or isinstance(value, dict):
-                raise ValueError(f"{key}: expected a string, number, true/false or a list of those, got {value!r}")
-            out[name] = value
-        return out
+        return flag_names(flags, example="health_check_interval_secs", own=GATEWAY_OWN_FLAGS, dicts_ok=False)
 
     @field_validator("env")
     @classmethod
