@@ -126,6 +126,15 @@ _port = _typed(_int, _check_port, "port")
 _host = _typed(str, _check_host, "host")
 
 
+# One wording for a flag that several commands take.
+OUT_HELP = "session folder to record into (default ./specmon-sessions/<date-time>/)"
+HEADLESS_HELP = "no TUI: one line per tick and the per-level table on stdout (the same CSVs are written)"
+NAME_HELP = "a server under a name of your choice (repeatable); the name labels its panel and its CSV rows"
+API_KEY_HELP = "environment variable that holds the servers' API key (sent as a bearer token, never written)"
+INTERVAL_HELP = "seconds between scrapes (default 1)"
+URLS_HELP = "SGLang server (or gateway) base URL, e.g. http://127.0.0.1:30000"
+
+
 def _add_metrics_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=_port, default=None, metavar="N",
                    help="serve Prometheus metrics at http://HOST:N/metrics while the session runs (off by default)")
@@ -148,19 +157,21 @@ def _add_slo_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None:
-    p.add_argument("--levels", type=_levels, required=levels_required,
+    p.add_argument("--levels", type=_levels, required=levels_required, metavar="C,C,...",
                    help="offered concurrency levels, e.g. 10,20,40,80,150")
-    p.add_argument("--input-len", type=_tokens, default=None, help="prompt tokens per request (default 1024)")
-    p.add_argument("--output-len", type=_tokens, default=None, help="output tokens per request, ignore_eos (default 256)")
-    p.add_argument("--dataset", default=None, help="JSONL prompts, ShareGPT JSON or SPEED-Bench JSONL")
-    p.add_argument("--category", type=_category, default=None, help="SPEED-Bench category to keep, e.g. low_entropy")
-    p.add_argument("--tokenizer", default=None, help="local tokenizer directory (sends text); without it input_ids are sent")
-    p.add_argument("--seed", type=_seed, default=None)
+    p.add_argument("--input-len", type=_tokens, default=None, metavar="N", help="prompt tokens per request (default 1024)")
+    p.add_argument("--output-len", type=_tokens, default=None, metavar="N", help="output tokens per request, ignore_eos (default 256)")
+    p.add_argument("--dataset", default=None, metavar="FILE", help="JSONL prompts, ShareGPT JSON or SPEED-Bench JSONL")
+    p.add_argument("--category", type=_category, default=None, metavar="NAME", help="SPEED-Bench category to keep, e.g. low_entropy")
+    p.add_argument("--tokenizer", default=None, metavar="DIR", help="local tokenizer directory (sends text); without it input_ids are sent")
+    p.add_argument("--seed", type=_seed, default=None, metavar="N",
+                   help="seed of the synthetic prompts and arrival times: the same seed sends the same load (default 42)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--level-duration", type=_seconds, default=None, help="seconds per level")
-    g.add_argument("--requests-per-level", type=_count, default=None)
-    p.add_argument("--settle", type=_seconds_or_zero, default=None,
-                   help="seconds at the start of a level left out of its statistics")
+    g.add_argument("--level-duration", type=_seconds, default=None, metavar="S", help="seconds per level (default 60)")
+    g.add_argument("--requests-per-level", type=_count, default=None, metavar="N",
+                   help="end a level after N requests per arm finished (instead of --level-duration)")
+    p.add_argument("--settle", type=_seconds_or_zero, default=None, metavar="S",
+                   help="seconds at the start of a level left out of its statistics (default 5)")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache between levels")
     w = p.add_argument_group("workload shape")
     w.add_argument("--shared-prefix-len", type=_tokens, default=None, metavar="L",
@@ -196,12 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("demo", help="simulated FP8 vs NVFP4 servers, ramped, in the TUI (no GPU needed)")
-    p.add_argument("--headless", action="store_true")
-    p.add_argument("--out", default=None)
-    p.add_argument("--levels", type=_levels, default=None)
-    p.add_argument("--speed", type=_speed, default=None, help="simulated seconds per wall second")
-    p.add_argument("--level-duration", type=_seconds, default=None, help="simulated seconds per level")
-    p.add_argument("--layout", default=None, help="layout file (default layouts/demo.yaml)")
+    p.add_argument("--headless", action="store_true", help=HEADLESS_HELP)
+    p.add_argument("--out", default=None, metavar="DIR", help=OUT_HELP)
+    p.add_argument("--levels", type=_levels, default=None, metavar="C,C,...",
+                   help="offered concurrency levels instead of the layout's, e.g. 4,8,16")
+    p.add_argument("--speed", type=_speed, default=None, metavar="X", help="simulated seconds per wall second")
+    p.add_argument("--level-duration", type=_seconds, default=None, metavar="S", help="simulated seconds per level")
+    p.add_argument("--layout", default=None, metavar="NAME|FILE", help="layout file (default layouts/demo.yaml)")
     p.add_argument("--fleet", action="store_true",
                    help="layouts/fleet.yaml: the real smg gateway in front of four simulated workers, ramped through it")
     p.add_argument("--prefix", action="store_true",
@@ -210,15 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metrics_options(p)
 
     p = sub.add_parser("attach", help="watch running servers (read-only)")
-    p.add_argument("urls", nargs="*", metavar="URL")
-    p.add_argument("--name", action="append", default=[], metavar="NAME=URL")
-    p.add_argument("--api-key-env", default=None, metavar="VAR", help="environment variable that holds the API key")
-    p.add_argument("--interval", type=_interval, default=1.0, help="seconds between scrapes (default 1)")
-    p.add_argument("--out", default=None)
-    p.add_argument("--headless", action="store_true")
-    p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds")
-    p.add_argument("--isl", type=_tokens, default=1024, help="assumed input tokens per request, for the predicted knee")
-    p.add_argument("--osl", type=_tokens, default=256, help="assumed output tokens per request, for the predicted knee")
+    p.add_argument("urls", nargs="*", metavar="URL", help=URLS_HELP)
+    p.add_argument("--name", action="append", default=[], metavar="NAME=URL", help=NAME_HELP)
+    p.add_argument("--api-key-env", default=None, metavar="VAR", help=API_KEY_HELP)
+    p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help=INTERVAL_HELP)
+    p.add_argument("--out", default=None, metavar="DIR", help=OUT_HELP)
+    p.add_argument("--headless", action="store_true", help=HEADLESS_HELP + "; with --duration S to stop")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="stop after S seconds")
+    p.add_argument("--isl", type=_tokens, default=1024, metavar="N", help="assumed input tokens per request, for the predicted knee")
+    p.add_argument("--osl", type=_tokens, default=256, metavar="N", help="assumed output tokens per request, for the predicted knee")
     p.add_argument("--no-discover", "--workers-only", dest="no_discover", action="store_true",
                    help="take every URL as one SGLang server (do not look for a gateway and its workers)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
@@ -227,20 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prometheus_options(p)
 
     p = sub.add_parser("launch", help="start servers from a layout file, ramp, watch")
-    p.add_argument("layout", metavar="LAYOUT.yaml")
-    p.add_argument("--out", default=None)
-    p.add_argument("--headless", action="store_true")
-    p.add_argument("--interval", type=_interval, default=None,
+    p.add_argument("layout", metavar="LAYOUT.yaml",
+                   help="layout file, or the name of one in layouts/ (e.g. demo): its arms, their flags, the ramp")
+    p.add_argument("--out", default=None, metavar="DIR", help=OUT_HELP + "; the servers' logs go to DIR/logs/")
+    p.add_argument("--headless", action="store_true", help=HEADLESS_HELP)
+    p.add_argument("--interval", type=_interval, default=None, metavar="S",
                    help="seconds between scrapes (default: the layout's interval_s, else 1)")
     _add_metrics_options(p)
 
     p = sub.add_parser("ramp", help="drive a concurrency ramp against running servers")
-    p.add_argument("urls", nargs="*", metavar="URL")
-    p.add_argument("--name", action="append", default=[], metavar="NAME=URL")
-    p.add_argument("--api-key-env", default=None, metavar="VAR")
-    p.add_argument("--interval", type=_interval, default=1.0)
-    p.add_argument("--headless", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("urls", nargs="*", metavar="URL", help=URLS_HELP + " (each is one arm of the ramp)")
+    p.add_argument("--name", action="append", default=[], metavar="NAME=URL", help=NAME_HELP)
+    p.add_argument("--api-key-env", default=None, metavar="VAR", help=API_KEY_HELP)
+    p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help=INTERVAL_HELP)
+    p.add_argument("--headless", action="store_true", help=HEADLESS_HELP)
+    p.add_argument("--out", default=None, metavar="DIR", help=OUT_HELP)
     p.add_argument("--yes", action="store_true",
                    help="send the load even to a server that is not on this machine (not a loopback address)")
     p.add_argument("--no-discover", dest="no_discover", action="store_true",
@@ -253,19 +266,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sim", help="a simulated SGLang server on 127.0.0.1 (SGLang's API, metrics and logs)",
                        add_help=False)
-    p.add_argument("sim_args", nargs=argparse.REMAINDER)
+    p.add_argument("sim_args", nargs=argparse.REMAINDER, metavar="...",
+                   help="SGLang's launch flags and the simulator's own: specmon sim --help lists them")
 
     p = sub.add_parser("report", help="plots and tables from recorded sessions")
-    p.add_argument("sessions", nargs="+", metavar="SESSION_DIR")
-    p.add_argument("--format", choices=["md", "png", "html"], default="md")
-    p.add_argument("--price-per-gpu-hour", type=_positive, default=None)
-    p.add_argument("--at", type=_positives, default=None, help="per-user tok/s points for matched-interactivity tables")
-    p.add_argument("--out", default=None)
+    p.add_argument("sessions", nargs="+", metavar="SESSION_DIR",
+                   help="recorded session folders; two or more are compared (repeats of one setting: mean and spread)")
+    p.add_argument("--format", choices=["md", "png", "html"], default="md",
+                   help="md: tables on stdout and in report.md; png: the figures; html: report.html, tables and "
+                        "figures in one file (default md)")
+    p.add_argument("--price-per-gpu-hour", type=_positive, default=None, metavar="X",
+                   help="price of one GPU for an hour: adds cost per million output tokens to the tables")
+    p.add_argument("--at", type=_positives, default=None, metavar="X,X,...",
+                   help="per-user tok/s points for matched-interactivity tables")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for report.md, the figures, report.html (default SESSION_DIR/report/)")
 
     p = sub.add_parser("replay", help="play a recorded session through the TUI (or a past window of a Prometheus fleet)")
-    p.add_argument("session", nargs="?", default=None, metavar="SESSION_DIR")
-    p.add_argument("--speed", type=_speed, default=1.0)
-    p.add_argument("--headless", action="store_true")
+    p.add_argument("session", nargs="?", default=None, metavar="SESSION_DIR", help="a recorded session folder")
+    p.add_argument("--speed", type=_speed, default=1.0, metavar="X",
+                   help="recorded seconds played per wall second (default 1)")
+    p.add_argument("--headless", action="store_true",
+                   help="no TUI: the recorded ticks and the per-level table on stdout")
     _add_prometheus_options(p)
     p.add_argument("--from", dest="time_from", default=None, metavar="T",
                    help="with --prometheus: start of the window (RFC 3339, unix seconds, or -1h)")
