@@ -30,23 +30,41 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specmon sim", description="A simulated SGLang 0.5.10.post1 server on 127.0.0.1.")
-    p.add_argument("--model-path", "--model", default=None)
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
-    p.add_argument("--mem-fraction-static", type=float, default=None)
-    p.add_argument("--max-total-tokens", type=int, default=None)
-    p.add_argument("--max-running-requests", type=int, default=None)
-    p.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default=None)
-    p.add_argument("--speculative-algorithm", default=None)
-    p.add_argument("--speculative-num-steps", type=int, default=None)
-    p.add_argument("--speculative-eagle-topk", type=int, default=None)
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
-    p.add_argument("--speculative-draft-model-path", default=None)
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--model-path", "--model", default=None,
+                   help="the model it stands for, as /server_info and /v1/models report it (default the profile's); "
+                        "a local folder holding a tokenizer.json counts text prompts with it")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model name in API answers (default --model-path)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000,
+                   help="port to listen on (default 30000); with --workers N the first of N")
+    p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1,
+                   help="tensor-parallel size, as reported in /server_info (default 1)")
+    p.add_argument("--mem-fraction-static", type=float, default=None,
+                   help="share of GPU memory for weights and the KV pool (default the profile's, SGLang's rule)")
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="KV pool size in tokens (default: what the memory left after the weights holds)")
+    p.add_argument("--max-running-requests", type=int, default=None,
+                   help="most requests running at once; the rest queue (default the profile's)")
+    p.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default=None,
+                   help="KV cache element type: sets the bytes per token of the pool (default the model's)")
+    p.add_argument("--speculative-algorithm", default=None,
+                   help=f"speculative decoding: {', '.join(SPEC_ALGOS)} (default the profile's drafter)")
+    p.add_argument("--speculative-num-steps", type=int, default=None,
+                   help="draft steps per verify (default the drafter's)")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None,
+                   help="draft branches per step (default the drafter's)")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+                   help="draft tokens verified per step (default the drafter's)")
+    p.add_argument("--speculative-draft-model-path", default=None,
+                   help="the draft model reported in /server_info (default the drafter's)")
+    p.add_argument("--enable-metrics", action="store_true",
+                   help="serve /metrics and the per-request figures SGLang adds with it")
+    p.add_argument("--api-key", default=None,
+                   help="require this bearer key on every endpoint but /health and /metrics")
+    p.add_argument("--decode-log-interval", type=int, default=40,
+                   help="decode steps between two 'Decode batch' log lines (default 40)")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix cache (as SGLang's flag)")
     p.add_argument("--dp-size", "--data-parallel-size", "--dp", type=int, default=1,
                    help="data-parallel ranks: schedulers with a KV pool each, their series labelled dp_rank")
@@ -56,33 +74,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PD disaggregation role; a prefill server also serves the bootstrap server")
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
                    help="the prefill's bootstrap server port (SGLang's default 8998)")
-    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake",
+                   help="KV transfer backend of a PD pair, as reported (default mooncake)")
     p.add_argument("--enable-cache-report", action="store_true",
                    help="OpenAI usage carries prompt_tokens_details.cached_tokens (as SGLang's flag)")
     for f in IGNORED_VALUE_FLAGS:
-        p.add_argument(f, default=None, dest="ignored_" + f.strip("-").replace("-", "_"))
+        p.add_argument(f, default=None, dest="ignored_" + f.strip("-").replace("-", "_"), metavar="VALUE",
+                       help="tokens per prefill chunk (default the profile's)" if f == "--chunked-prefill-size"
+                       else "SGLang's flag: accepted, no effect on the simulator")
     for f in IGNORED_BOOL_FLAGS:
-        p.add_argument(f, action="store_true", dest="ignored_" + f.strip("-").replace("-", "_"))
+        p.add_argument(f, action="store_true", dest="ignored_" + f.strip("-").replace("-", "_"),
+                       help="SGLang's flag: accepted, no effect on the simulator")
     # simulator's own
     p.add_argument("--profile", default=None, help=f"named profile (default {DEFAULT_PROFILE}); see --list-profiles")
-    p.add_argument("--list-profiles", action="store_true")
+    p.add_argument("--list-profiles", action="store_true",
+                   help="print the named profiles (GPU, model, drafter) and exit")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
     p.add_argument("--drafter", default=None, help="override the profile's drafter: " + ", ".join(DRAFTERS))
     p.add_argument("--request-log", default=None, help="append 'METHOD PATH' per HTTP request to this file")
     p.add_argument("--wire-log", default=None,
                    help="append one JSON line per generate request: wall time its ASGI call began and "
                         "when its first and last body bytes went to the socket (benchmarks/ramp_fidelity.py)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of acceptance draws, output lengths and request ids (worker i: SEED+i; default 0)")
     p.add_argument("--workers", type=int, default=1,
                    help="serve N simulated servers from this one process, on ports PORT..PORT+N-1 (seeds SEED+i)")
     p.add_argument("--startup-s", type=float, default=None,
                    help="simulated startup time before /health turns 200 (default from the profile)")
-    p.add_argument("--fault-crash-after", type=int, default=None)
-    p.add_argument("--fault-stall-after", type=int, default=None)
-    p.add_argument("--fault-stall-s", type=float, default=5.0)
-    p.add_argument("--fault-metrics", choices=["slow", "malformed", "absent"], default=None)
-    p.add_argument("--fault-refuse", action="store_true")
-    p.add_argument("--fault-503-above", type=int, default=None)
+    p.add_argument("--fault-crash-after", type=int, default=None,
+                   help="fault: exit after N finished requests")
+    p.add_argument("--fault-stall-after", type=int, default=None,
+                   help="fault: the scheduler stalls after N finished requests (for --fault-stall-s)")
+    p.add_argument("--fault-stall-s", type=float, default=5.0,
+                   help="fault: how long the stall lasts, wall seconds (default 5)")
+    p.add_argument("--fault-metrics", choices=["slow", "malformed", "absent"], default=None,
+                   help="fault: /metrics answers after 5 s, with a broken body, or 404")
+    p.add_argument("--fault-refuse", action="store_true",
+                   help="fault: never listen (every connection is refused)")
+    p.add_argument("--fault-503-above", type=int, default=None,
+                   help="fault: answer 503 to a generation request while N or more are in flight")
     return p
 
 
