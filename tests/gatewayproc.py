@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from simproc import REPO, free_port, stop_process
+from simproc import REPO, LoggedProcess, free_port, stop_process
 
 SMG = shutil.which("smg") or str(Path(os.sys.executable).parent / "smg")
 
@@ -34,18 +34,10 @@ def have_gateway() -> bool:
     return Path(SMG).is_file() and os.access(SMG, os.X_OK)
 
 
-@dataclass
-class Gateway:
+@dataclass(kw_only=True)
+class Gateway(LoggedProcess):
     url: str
     metrics_url: str
-    proc: subprocess.Popen
-    log_path: Path
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
 
     def get_json(self, path: str, timeout: float = 5.0):
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:

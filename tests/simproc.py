@@ -33,9 +33,8 @@ def free_port() -> int:
 
 
 @dataclass
-class SimProcess:
-    url: str
-    port: int
+class LoggedProcess:
+    """A process a test started, with its stdout/stderr in a file."""
     proc: subprocess.Popen
     log_path: Path
 
@@ -44,6 +43,12 @@ class SimProcess:
             return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+
+
+@dataclass(kw_only=True)
+class SimProcess(LoggedProcess):
+    url: str
+    port: int
 
     def stop(self, timeout: float = 5.0) -> None:
         stop_process(self.proc, timeout)
