@@ -163,7 +163,8 @@ def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None
     p.add_argument("--output-len", type=_tokens, default=None, metavar="N", help="output tokens per request, ignore_eos (default 256)")
     p.add_argument("--dataset", default=None, metavar="FILE", help="JSONL prompts, ShareGPT JSON or SPEED-Bench JSONL")
     p.add_argument("--category", type=_category, default=None, metavar="NAME", help="SPEED-Bench category to keep, e.g. low_entropy")
-    p.add_argument("--tokenizer", default=None, metavar="DIR", help="local tokenizer directory (sends text); without it input_ids are sent")
+    p.add_argument("--tokenizer", default=None, metavar="DIR", help="local tokenizer folder or its tokenizer.json: prompts are sent as text of exactly --input-len "
+                        "tokens (read with transformers, else the tokenizers package); without it input_ids are sent")
     p.add_argument("--seed", type=_seed, default=None, metavar="N",
                    help="seed of the synthetic prompts and arrival times: the same seed sends the same load (default 42)")
     g = p.add_mutually_exclusive_group()

@@ -77,18 +77,11 @@ def random_ids(seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) 
 
 
 def load_tokenizer(path: str):
-    """A local Hugging Face tokenizer (never downloaded). transformers is optional: import lazily."""
-    if not Path(path).is_dir():
-        raise UsageError(f"--tokenizer {path}: expected a local tokenizer directory")
-    try:
-        from transformers import AutoTokenizer  # heavy and optional: only when asked for
-    except ImportError:
-        raise UsageError(f"--tokenizer {path}: needs the 'transformers' package (pip install transformers), "
-                         "or leave --tokenizer out to send input_ids")
-    try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as e:  # a broken directory is bad input, not a crash
-        raise UsageError(f"--tokenizer {path}: could not load a tokenizer ({type(e).__name__}: {e})")
+    """A local tokenizer (never downloaded): transformers when installed, else the tokenizers
+    package on the folder's tokenizer.json (load/localtok.py)."""
+    from specmon.load.localtok import load_tokenizer as load
+
+    return load(path)
 
 
 _STABLE: dict[int, list[int]] = {}
