@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import psutil
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -52,6 +54,18 @@ class SimProcess(LoggedProcess):
 
     def stop(self, timeout: float = 5.0) -> None:
         stop_process(self.proc, timeout)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return out
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 5.0) -> None:

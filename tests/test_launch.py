@@ -23,6 +23,7 @@ from specmon.servers.layout import load_layout, parse_layout
 from specmon.sources import logparse as lp
 
 import realsglang as rs
+from simproc import group_pids
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
@@ -51,17 +52,6 @@ def gone(pids, timeout=10.0) -> list[int]:
         alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.1)
     return alive
-
-
-def group_pids(pgid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(p.pid) == pgid:
-                out.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return out
 
 
 # --------------------------------------------------------------------------------------------

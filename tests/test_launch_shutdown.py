@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from simproc import group_pids
 from specmon.sources import logparse as lp
 
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
@@ -60,17 +61,6 @@ def wait_gone(pids, timeout: float) -> tuple[list[int], float]:
     return left, time.monotonic() - t0
 
 
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(p.pid) == pgid:
-                out.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return out
-
-
 def server_pids(specmon_pid: int, session: Path) -> list[int]:
     """Every process of every group that specmon's children lead (the servers' groups; the reaper's
     too: it must not outlive the end either). Where the logs name the group (`----- specmon: pid N
@@ -85,7 +75,7 @@ def server_pids(specmon_pid: int, session: Path) -> list[int]:
         m = PID_LINE.search(log.read_text())
         if m:
             assert int(m.group(2)) in pgids
-    return sorted({p for g in pgids for p in group_members(g)})
+    return sorted({p for g in pgids for p in group_pids(g)})
 
 
 def wait_ready(session: Path, proc: subprocess.Popen, out_path: Path, timeout: float = 90) -> None:
