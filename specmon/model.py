@@ -314,6 +314,9 @@ class RequestRecord:
     error: Optional[str] = None
     cached_tokens: Optional[int] = None  # prompt tokens the server's prefix cache held (meta_info)
     turn: Optional[int] = None  # multi-turn runs: the turn of its conversation (1 = the first)
+    # The server's own id for the request (SGLang's meta_info.id, its rid; the "id" of an OpenAI
+    # chunk): what joins this row with the server's logs, traces and a wire log.
+    rid: Optional[str] = None
 
 
 REQUEST_COLUMNS = [
@@ -321,7 +324,7 @@ REQUEST_COLUMNS = [
     "prompt_tokens", "output_tokens", "itl_mean_s", "itl_p99_s", "spec_verify_ct", "status", "error",
     # additions
     "t_scheduled", "first_byte_s", "tpot_s", "accept_length", "queue_time_s", "chunks", "in_window",
-    "timing", "t_end", "cached_tokens", "turn",
+    "timing", "t_end", "cached_tokens", "turn", "rid",
 ]
 
 
@@ -385,6 +388,11 @@ class LevelResult:
     # per worker, from that worker's own samples over the level's window (analysis/fleet_levels.py);
     # `worker` is the worker's URL on those rows and None on every other row.
     worker: Optional[str] = None
+    # The statistics window (analysis/levels.py): the level after its settle window, to when it
+    # stopped sending. Throughput, percentiles and shares are over it; duration_s is the whole
+    # level, settle included. window_start is wall epoch seconds, window_s the arm's seconds.
+    window_start: Optional[float] = None
+    window_s: Optional[float] = None
 
     @property
     def offered(self) -> float:
@@ -419,7 +427,7 @@ LEVEL_COLUMNS = [
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
     "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed", "note",
     "offered_rate", "achieved_rate", "cache_hit_rate", "cached_tokens", "accept_length_source",
-    "worker",
+    "window_start", "window_s", "worker",
 ]
 
 

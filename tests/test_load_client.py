@@ -1,6 +1,7 @@
 """The streaming client against a real sim: token counting, keep-alive reuse, auth errors."""
 
 import asyncio
+import re
 import time
 
 
@@ -104,6 +105,12 @@ def test_server_dying_mid_stream_and_a_stalled_server():
     assert long_.status == "error" and long_.token_events, long_.error
     assert long_.error.startswith(("ReadError", "stream ended without [DONE]")), long_.error
     assert long_.e2e is None
+    # the server's request id comes with its first chunk: a stream cut before its final event
+    # still joins with the server's side of it
+    assert short.rid == short.final_meta["id"] and re.fullmatch(r"[0-9a-f]{32}", short.rid)
+    assert (long_.final_meta or {}).get("finish_reason") is None  # no final event came
+    assert long_.rid and re.fullmatch(r"[0-9a-f]{32}", long_.rid)
+    assert long_.rid != short.rid and long_.record("a", 0, 2, 1.0, True).rid == long_.rid
 
     with start_sim("--profile", "fp8-mtp", "--fault-stall-after", "1", "--fault-stall-s", "30", speed=5) as sim:
         async def stalled():

@@ -4,6 +4,9 @@ Definitions (every "unknown" is None, never 0):
 - Window W = [level start + settle, time the level stopped issuing requests] (wall clock). The
   settle window lets the population of the previous level drain and the server's batch fill;
   nothing in it counts. If the level ended before the settle did, W is the whole level.
+  levels.csv says W as window_start (wall epoch) and window_s (|W| in the arm's seconds); every
+  rate, share and percentile of the row is over W, while duration_s is the whole level, settle
+  window included (output_tok_s x window_s is the tokens counted, not output_tok_s x duration_s).
 - output_tok_s = tokens the client received inside W (each streamed event carries its
   completion_tokens delta and its arrival stamp) / |W|. Counting arrivals inside W, not whole
   requests, needs no guess about requests that straddle its edges.
@@ -123,6 +126,7 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     # Requests cancelled by a skip or a stop are neither ok nor failed: the server did nothing wrong.
     r.failed = sum(1 for o in outcomes if o.status not in ("ok", "cancelled"))
     W = window.length
+    r.window_start, r.window_s = window.t0, W * scale
     in_win = [o for o in outcomes if o.t_sent_wall is not None and window.t0 <= o.t_sent_wall < window.t1]
     ok_in = [o for o in in_win if o.status == "ok"]
 

@@ -44,6 +44,7 @@ from specmon.model import RequestRecord
 _STALE_ERRORS = ("ReadError", "RemoteProtocolError", "ConnectError")  # what _Exchange / _attempt write
 _CT_KEY = b'"completion_tokens":'
 _PT_KEY = b'"prompt_tokens":'
+_ID_KEY = b'"id":'
 
 
 def _int_after(buf: bytes, key: bytes) -> Optional[int]:
@@ -59,6 +60,19 @@ def _int_after(buf: bytes, key: bytes) -> Optional[int]:
     while end < n and 48 <= buf[end] <= 57:
         end += 1
     return int(buf[start:end]) if end > start else None
+
+
+def _str_after(buf: bytes, key: bytes) -> Optional[str]:
+    """The JSON string value after the last `key` in buf (no escapes: SGLang's rids are hex)."""
+    i = buf.rfind(key)
+    if i < 0:
+        return None
+    j = buf.find(b'"', i + len(key))
+    k = buf.find(b'"', j + 1) if j >= 0 else -1
+    if j < 0 or k < 0 or buf[i + len(key):j].strip():
+        return None
+    v = buf[j + 1:k]
+    return v.decode("ascii", "replace") if v and b"\\" not in v else None
 
 
 def trusted_meta(meta: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +95,7 @@ def trusted_meta(meta: dict[str, Any]) -> dict[str, Any]:
 class RequestOutcome:
     """Raw timing of one request (perf_counter stamps) plus what the server said at the end."""
 
-    request_id: str
+    request_id: str  # specmon's own id for the request
     t_scheduled_wall: float
     t_scheduled: float  # perf_counter
     t_sent: Optional[float] = None
@@ -109,6 +123,9 @@ class RequestOutcome:
     keep_output: bool = False
     output_ids: Optional[list[int]] = None
     output_text: Optional[str] = None
+    # The server's id for it (SGLang's meta_info.id): read from the first event that carries
+    # one, so a request cut mid-stream still has it; the final meta_info's id when it comes.
+    rid: Optional[str] = None
 
     # -- derived, in wall seconds -------------------------------------------------------------
     def wall(self, perf_stamp: float) -> float:
@@ -189,7 +206,7 @@ class RequestOutcome:
             queue_time_s=float(qt) if isinstance(qt, (int, float)) else None,
             chunks=self.events, in_window=in_window, status=self.status, error=self.error,
             cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
-            turn=self.turn,
+            turn=self.turn, rid=self.rid,
         )
 
 
@@ -303,6 +320,10 @@ class _Exchange:
                 o.status = "error"
                 o.error = _error_message(data)
                 continue
+            if o.rid is None:
+                # One byte search per request: a /generate chunk's only "id" key is meta_info's
+                # (a quote inside the text is escaped, so the text cannot fake it).
+                o.rid = _str_after(data, _ID_KEY)
             ct = _int_after(data, _CT_KEY)
             if ct is not None and ct > self.last_tokens:
                 o.token_events.append((now, ct - self.last_tokens))
@@ -424,6 +445,7 @@ class GenerateClient:
             outcome.status, outcome.error, outcome.t_end, outcome.no_answer = "ok", None, None, None
             outcome.token_events.clear()
             outcome.events = 0
+            outcome.rid = None
             outcome = await self._attempt(None, payload, outcome)
         return outcome
 
@@ -512,6 +534,8 @@ class GenerateClient:
                     outcome.output_ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
                     outcome.output_text = text if isinstance(text, str) else None
                 outcome.final_meta = trusted_meta(meta)
+                if isinstance(meta.get("id"), str):
+                    outcome.rid = meta["id"]
                 if isinstance(meta.get("completion_tokens"), int):
                     outcome.completion_tokens = meta["completion_tokens"]
                 if isinstance(meta.get("prompt_tokens"), int):

@@ -1,7 +1,9 @@
 """How session values become text and back: CSV cells, and events as JSON lines.
 
-CSV cells: unknown is an empty cell (None and NaN alike), booleans are 1/0, epoch columns keep
-milliseconds, other floats six significant digits. Parsing a cell goes by the dataclass field's
+CSV cells: unknown is an empty cell (None and NaN alike), booleans are 1/0, a sample's `ts`
+keeps milliseconds, a request's and a level window's epoch stamps microseconds (a request's row
+is joined with the server's own stamps, a few milliseconds apart at most), other floats six
+significant digits. Parsing a cell goes by the dataclass field's
 annotation, so a reader never guesses a column's type.
 
 Events: every Event of specmon.model is written as one JSON object, {"type": "<class name>",
@@ -22,7 +24,10 @@ from typing import Any, Callable, Optional, Union
 
 from specmon import model
 
-EPOCH_COLUMNS = ("ts", "t_start", "t_scheduled", "t_end")
+EPOCH_COLUMNS = ("ts",)  # wall epoch seconds, to the millisecond
+# Wall epoch seconds to the microsecond (what time.time() resolves): requests.csv's stamps and
+# levels.csv's window_start. Older folders hold milliseconds there; a reader takes either.
+EPOCH_US_COLUMNS = ("t_start", "t_scheduled", "t_end", "window_start")
 
 
 # --------------------------------------------------------------------------------------------
@@ -37,6 +42,8 @@ def cell(v: Any, col: str) -> str:
     if isinstance(v, float):
         if v != v:  # NaN is "unknown" too
             return ""
+        if col in EPOCH_US_COLUMNS:
+            return f"{v:.6f}"
         if col in EPOCH_COLUMNS:
             return f"{v:.3f}"
         return f"{v:.6g}"

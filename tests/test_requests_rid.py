@@ -1,0 +1,93 @@
+"""requests.csv joins with what the server saw, and levels.csv says which window its figures cover.
+
+One real `specmon ramp --headless` against `specmon sim --wire-log` at speed 1 (the client's own
+clock times every request, no scaling in the way): every row carries the server's request id,
+the same one the simulator wrote in its wire log for that request, and stamps to the microsecond;
+each level row's window (window_start, window_s) is the one its throughput was counted over.
+"""
+
+import csv
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from simproc import REPO, start_sim
+
+SETTLE_S = 1.0
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rid")
+    wire_log, out = tmp / "wire.jsonl", tmp / "session"
+    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", "--startup-s", "1", "--wire-log", str(wire_log),
+                   speed=1.0, timeout=60) as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "specmon", "ramp", sim.url, "--levels", "2,4", "--level-duration", "4",
+             "--settle", str(SETTLE_S), "--input-len", "256", "--output-len", "24", "--interval", "0.5",
+             "--headless", "--out", str(out)],
+            cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    wire = [json.loads(line) for line in wire_log.read_text().splitlines()]
+    return _rows(out / "requests.csv"), _rows(out / "levels.csv"), wire
+
+
+def test_every_request_row_carries_the_servers_rid_as_the_wire_log_has_it(session):
+    reqs, _, wire = session
+    assert len(reqs) >= 8
+    served = {w["rid"]: w for w in wire if w["path"] == "/generate" and w["status"] == 200}
+    rids = [r["rid"] for r in reqs]
+    assert all(rids), "a row without the server's request id"
+    assert len(set(rids)) == len(rids)
+    # the same requests on both sides: each row is one the server served, and nothing it served
+    # is missing from the recording
+    assert set(rids) == set(served)
+    for r in reqs:
+        w = served[r["rid"]]
+        # joined by id, the two clocks agree: the server saw the request after the client sent it
+        # and sent its last body before the client read it (same host, same wall clock)
+        assert float(r["t_start"]) <= w["t_in"] < float(r["t_start"]) + 1.0
+        assert w["t_last_body"] <= float(r["t_end"]) < w["t_last_body"] + 1.0
+
+
+def test_request_stamps_are_written_to_the_microsecond(session):
+    reqs, levels, _ = session
+    us = re.compile(r"^\d{10}\.\d{6}$")
+    for r in reqs:
+        for col in ("t_start", "t_scheduled", "t_end"):
+            assert us.match(r[col]), (col, r[col])
+    for lv in levels:
+        assert us.match(lv["window_start"]), lv["window_start"]
+
+
+def test_level_window_columns_say_the_window_its_figures_cover(session):
+    reqs, levels, _ = session
+    assert [lv["offered_concurrency"] for lv in levels] == ["2", "4"]
+    for lv in levels:
+        level = lv["level"]
+        t0, w = float(lv["window_start"]), float(lv["window_s"])
+        duration = float(lv["duration_s"])
+        # duration_s is the whole level; the window leaves its settle out (speed 1: no scaling)
+        assert w == pytest.approx(duration - SETTLE_S, abs=0.05)
+        mine = [r for r in reqs if r["level"] == level]
+        # requests.csv's in_window is "sent inside this window"
+        for r in mine:
+            assert (r["in_window"] == "1") == (float(r["t_start"]) >= t0), r
+        # output_tok_s counts the tokens that arrived inside the window: at least every token of
+        # the requests that lay wholly inside it, at most those of every request that overlapped it
+        t1 = t0 + w
+        inside = sum(int(r["output_tokens"]) for r in mine
+                     if r["status"] == "ok" and float(r["t_start"]) >= t0 and float(r["t_end"]) < t1)
+        overlapping = sum(int(r["output_tokens"] or 0) for r in mine
+                          if float(r["t_start"]) < t1 and r["t_end"] and float(r["t_end"]) >= t0)
+        counted = float(lv["output_tok_s"]) * w
+        assert inside > 0
+        assert inside * 0.999 <= counted <= overlapping * 1.001, (inside, counted, overlapping)
