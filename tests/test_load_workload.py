@@ -50,29 +50,47 @@ def test_input_ids_are_the_recorded_ones_first_and_from_the_cache(seed, input_le
     assert tight.cached_bytes == 0
 
 
-def test_the_prompt_cache_is_bounded_by_bytes():
+def test_a_prompt_is_kept_until_every_arm_took_it():
+    w = Workload(input_len=1000, seed=3)
+    first = w.prompt(0)  # one arm (the default): nothing is kept
+    assert w.cached_bytes == 0 and not w._cache
+    w.sharers = 3
+    sent = [w.prompt(1).input_ids for _ in range(3)]
+    assert sent[0] is sent[1] is sent[2]  # the other arms' takes cost nothing
+    assert not w._cache and w.cached_bytes == 0  # the third arm took it: dropped
+    assert w.prompt(0).input_ids == first.input_ids
+
+
+def test_the_prompt_cache_is_bounded_by_bytes_oldest_first_out():
     cap = 1 << 20
     w = Workload(input_len=10_000, seed=3, cache_bytes=cap)
-    for i in range(100):  # 100 prompts of 10,000 ids: 4 MB as int32, 36 MB as lists of ints
-        w.prompt(i)
+    w.sharers = 2
+    made = [w.prompt(i).input_ids for i in range(100)]  # one arm runs 100 prompts ahead
     assert 0 < w.cached_bytes <= cap
-    assert 20 <= len(w._cache) <= 26  # 1 MiB / 40 KB: the cap, not a count, decides
+    assert 10 <= len(w._cache) <= 14  # 1 MiB / 80 KB of references: the cap, not a count, decides
+    assert min(w._cache) == 100 - len(w._cache)  # the newest stay
+    # the arm behind gets the same prompts, made again or taken from the cache
+    assert [w.prompt(i).input_ids for i in range(100)] == made
+    assert not w._cache and w.cached_bytes == 0
 
 
-def test_cached_prompts_take_4_bytes_a_token_id():
-    """The cache's own allocations, traced: int32 ids, not Python ints (36 bytes each)."""
+def test_prompt_ids_are_shared_int_objects():
+    """What a request holds while in flight, traced: 8 bytes a token id (a reference to one of
+    the pool's ints), not a fresh Python int of 28 bytes more."""
     w = Workload(input_len=8800, seed=42)
-    w.prompt(0)  # warm anything allocated once
+    held = [w.prompt(0)]  # warm anything allocated once (the id pool)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(1, 101):
-            w.prompt(i)
-        held = tracemalloc.get_traced_memory()[0] - before
+            held.append(w.prompt(i))
+        grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert len(w._cache) == 101
-    assert held / (100 * 8800) < 5  # bytes per cached id (4 + the array's header)
+    assert grown / (100 * 8800) < 10  # bytes per id of the 100 prompts held (8 and the list's spare room)
+    w2 = Workload(input_len=8800, seed=42, shared_prefix_len=4000, prefix_groups=2)
+    p = w2.prompt(5)
+    assert p.input_ids[:4000] == w2.prefix_ids(w2.group(5)) and len(p.input_ids) == 8800
 
 
 def test_jsonl_prompts_with_a_bad_line(tmp_path):

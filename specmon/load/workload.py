@@ -39,9 +39,10 @@ from __future__ import annotations
 import json
 import random
 import sys
-from array import array
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -50,11 +51,26 @@ from specmon.errors import UsageError
 from specmon.plan import check_tokens
 
 DEFAULT_ID_LIMIT = 4000
-# Synthetic prompts kept for reuse (every arm sends prompt i: it is built once), in at most this
-# many bytes. Ids are kept as int32, 4 bytes each (a list holds a 36-byte Python int per id):
-# 64 MiB keeps about 1,900 prompts of 8.8K tokens, 128 of 128K, 16 of 1M. A prompt past the cap
-# is made again from the seed when asked for: the same ids, only the CPU is spent twice.
-PROMPT_CACHE_BYTES = 64 << 20
+# Prompts are not kept for the run: each arm asks for prompt i once, so a prompt is held only
+# until every arm of the ramp has taken it (`Workload.sharers`), in at most this many bytes;
+# past the cap the oldest go first, and an arm that fell that far behind makes its prompt again
+# from the seed (the same ids, only the CPU is spent twice). One arm keeps nothing. A kept prompt
+# is the very list the first arm sent (8 bytes an id: the ids are shared int objects, below), so
+# the other arms' takes cost nothing; 8 MiB holds about 120 prompts of 8.8K ids, 1,000 of 1K.
+PROMPT_CACHE_BYTES = 8 << 20
+
+
+@lru_cache(maxsize=8)
+def _id_pool(id_limit: int) -> list[int]:
+    """The ids 1 .. id_limit - 1, one int object each, shared by every prompt: a list of ids
+    then holds 8-byte references (a fresh int above 256 is another 28 bytes an id, 250 KB for an
+    8.8K prompt, for as long as its request is in flight)."""
+    return list(range(1, id_limit))
+
+
+def _draw_ids(rng: random.Random, n: int, id_limit: int) -> list[int]:
+    # choices() over the shared objects picks the same values as over range(1, id_limit)
+    return rng.choices(_id_pool(id_limit), k=n)
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ class Prompt:
 def random_ids(seed: int, index: int, n: int, id_limit: int = DEFAULT_ID_LIMIT) -> list[int]:
     """n token ids for prompt `index` of `seed`, reproducible across runs and Python versions."""
     rng = random.Random(seed * 1_000_003 + index)
-    return rng.choices(range(1, id_limit), k=n)  # 4x cheaper than n randrange calls
+    return _draw_ids(rng, n, id_limit)  # choices: 4x cheaper than n randrange calls
 
 
 def load_tokenizer(path: str):
@@ -296,11 +312,18 @@ class Workload:
             if shared_prefix_len is not None else []
         self.dataset = load_dataset(dataset, category) if dataset else None
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
-        # Prompt index (or ("prefix", group)) -> its ids (int32 array) or its text; `cached_bytes`
-        # of `cache_bytes` used.
-        self._cache: dict[Any, Union[array, str]] = {}
+        # How many arms ask for each prompt (the ramp sets it): a prompt is kept until they all
+        # have. Prompt index -> [its ids (a list of shared ints) or its text, takes left];
+        # `cached_bytes` of `cache_bytes` used, oldest first out.
+        self.sharers = 1
+        self._cache: OrderedDict[int, list] = OrderedDict()
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
+        self._newest = -1  # the highest prompt index made yet (one made again is not kept again)
+        # The shared-prefix groups' system prompts (group -> ids): every prompt of a group starts
+        # with one for the whole run, so these stay (within cache_bytes of their own).
+        self._prefixes: dict[int, list[int]] = {}
+        self._prefix_bytes = 0
 
     @classmethod
     def from_plan(cls, plan: Any) -> "Workload":
@@ -336,8 +359,15 @@ class Workload:
 
     def prefix_ids(self, group: int) -> list[int]:
         """The system prompt of `group`: shared_prefix_len seeded ids (the same on every arm)."""
-        return self._kept_ids(("prefix", group), lambda: random.Random(f"specmon-prefix/{self.seed}/{group}")
-                              .choices(range(1, self.id_limit), k=self.shared_prefix_len))
+        kept = self._prefixes.get(group)
+        if kept is not None:
+            return kept  # read only: a prompt is this plus its own ids, a new list
+        ids = _draw_ids(random.Random(f"specmon-prefix/{self.seed}/{group}"), self.shared_prefix_len, self.id_limit)
+        size = sys.getsizeof(ids)
+        if self._prefix_bytes + size <= self.cache_bytes:
+            self._prefixes[group] = ids
+            self._prefix_bytes += size
+        return ids
 
     @property
     def own_len(self) -> int:
@@ -350,38 +380,49 @@ class Workload:
             # Seeded shuffle order over the dataset, cycling when the ramp needs more prompts
             # (the dataset holds the texts: nothing to cache).
             return Prompt(text=self.dataset.prompts[self._record(index)])
-        if self.shared_prefix_len is not None:
-            own = self._kept_ids(index, lambda: random_ids(self.seed, index, self.own_len, self.id_limit))
-            return Prompt(input_ids=self.prefix_ids(self.group(index)) + own)
-        kept = self._cache.get(index)
-        if kept is not None:
-            return Prompt(text=kept) if isinstance(kept, str) else Prompt(input_ids=kept.tolist())
-        if self.tokenizer is not None:
-            text = exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit)
-            p, keep = Prompt(text=text), text
-        else:
-            ids = random_ids(self.seed, index, self.input_len, self.id_limit)
-            p, keep = Prompt(input_ids=ids), array("i", ids)
-        self._keep(index, keep)
-        return p
+        kept = self._take(index)
+        if kept is None:
+            if self.shared_prefix_len is not None:
+                kept = (self.prefix_ids(self.group(index))
+                        + random_ids(self.seed, index, self.own_len, self.id_limit))
+            elif self.tokenizer is not None:
+                kept = exact_text(self.tokenizer, self.seed, index, self.input_len, self.id_limit)
+            else:
+                kept = random_ids(self.seed, index, self.input_len, self.id_limit)
+            if index > self._newest:  # the first arm to get here: held for the others
+                self._newest = index
+                self._keep(index, kept)
+        # A kept list goes to every arm as it is: callers read a prompt, never change it.
+        return Prompt(text=kept) if isinstance(kept, str) else Prompt(input_ids=kept)
 
     def conversation(self, index: int) -> "Conversation":
         """Conversation number `index` (its first turn is prompt `index`), for `turns` turns."""
         return Conversation(self, index)
 
-    def _kept_ids(self, key: Any, make) -> list[int]:
-        kept = self._cache.get(key)
-        if kept is not None:
-            return kept.tolist()
-        ids = make()
-        self._keep(key, array("i", ids))
-        return ids
+    def _take(self, index: int) -> Union[list, str, None]:
+        """Prompt `index` if kept; dropped once the last arm that needs it has taken it."""
+        entry = self._cache.get(index)
+        if entry is None:
+            return None
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._cache[index]
+            self.cached_bytes -= entry[2]
+        return entry[0]
 
-    def _keep(self, key: Any, keep: Union[array, str]) -> None:
-        size = sys.getsizeof(keep)
-        if self.cached_bytes + size <= self.cache_bytes:
-            self._cache[key] = keep
-            self.cached_bytes += size
+    def _keep(self, index: int, kept: Union[list, str]) -> None:
+        """Hold a prompt just made for the other arms (if there are any): the oldest kept go
+        first when the bytes would pass the cap (an arm that far behind makes its own)."""
+        if self.sharers <= 1:
+            return
+        size = sys.getsizeof(kept)  # the list's references; its ints are the shared pool's
+        if size > self.cache_bytes:
+            return
+        while self._cache and self.cached_bytes + size > self.cache_bytes:
+            _, old = self._cache.popitem(last=False)
+            self.cached_bytes -= old[2]
+        self._cache[index] = [kept, self.sharers - 1, size]
+        self.cached_bytes += size
 
     def _record(self, index: int) -> int:
         order = self._order()
@@ -434,8 +475,7 @@ class Conversation:
             message = exact_text(w.tokenizer, w.seed, _turn_key(self.index, k), w.own_len, w.id_limit)
             p = Prompt(text=self._text + TURN_SEPARATOR + message)
         else:
-            message = random.Random(f"specmon-turn/{w.seed}/{self.index}/{k}").choices(range(1, w.id_limit),
-                                                                                      k=w.own_len)
+            message = _draw_ids(random.Random(f"specmon-turn/{w.seed}/{self.index}/{k}"), w.own_len, w.id_limit)
             p = Prompt(input_ids=self._ids + message)
         self.sent += 1
         if p.input_ids is not None:
@@ -458,7 +498,7 @@ class Conversation:
             if output_ids is not None and (tokens is None or len(output_ids) == tokens):
                 ids = [int(t) for t in output_ids]
             elif tokens:
-                ids = random.Random(f"specmon-reply/{w.seed}/{self.index}/{k}").choices(range(1, w.id_limit), k=tokens)
+                ids = _draw_ids(random.Random(f"specmon-reply/{w.seed}/{self.index}/{k}"), tokens, w.id_limit)
             else:
                 self._ended = True
                 return

@@ -223,6 +223,7 @@ class RampDriver:
         self.arms = list(arms)
         self.plan = plan
         self.workload = workload or Workload.from_plan(plan)
+        self.workload.sharers = len(self.arms)  # every arm sends prompt i: kept until all have
         self._search_next: Optional[float] = None  # the level the SLO search asked for next
         self.results: dict[str, list[LevelResult]] = {a.name: [] for a in self.arms}
         self.knees: dict[str, KneesSummary] = {}
