@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Horizontal, VerticalScroll
@@ -27,6 +28,7 @@ from specmon.tui import messages as msg
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.arm_row import ArmRowsHeader
 from specmon.tui.widgets.fleet import FLEET_TABLE_ABOVE, FleetHeader, FleetTable
 from specmon.tui.widgets.gpu_strip import GpuStrip
 from specmon.tui.widgets.knee_banner import KneeBanner
@@ -35,24 +37,33 @@ from specmon.tui.widgets.ramp import RampPane
 from specmon.tui.widgets.status_bar import StatusBar
 
 QUIT_WAIT_S = 15.0  # how long q waits for the session to close its recording
+# Below the arm panels the ramp pane needs its border, its progress line and a few table rows; when
+# the panels leave less than this, each arm becomes one line (compact mode) and `r` shows the rest.
+RAMP_MIN_ROWS = 8
+WIDE_FROM = 120  # columns: the arm panels side by side, and the ramp's plots beside its table
+# A ramp pane shorter than this shows the newest rows of its table that fit (and, stacked below 120
+# columns, leaves its plots to r): beside the table from 120 columns, below it (12 + 24 rows) under.
+PLOTS_BESIDE_MIN_ROWS = 20
+PLOTS_BELOW_MIN_ROWS = 39
 
 
 class SpecmonApp(App[str]):
     CSS_PATH = Path(__file__).parent / "specmon.tcss"  # absolute: subclasses live elsewhere
     ENABLE_COMMAND_PALETTE = False
-    # Arms side by side from 120 columns, stacked below that.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    # Arms side by side from 120 columns, stacked below that (classes of the screen).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_display", "pause"),
         Binding("m", "mark", "mark"),
-        Binding("s", "save_svg", "svg"),
+        Binding("s", "save_svg", "svg", show=False),  # in `?`: the footer's room goes to r at 80 columns
         Binding("tab", "focus_arm(1)", "next arm", show=False, priority=True),
         Binding("shift+tab", "focus_arm(-1)", "prev arm", show=False, priority=True),
         Binding("enter,d", "detail", "detail", key_display="d"),
         Binding("space", "toggle_ramp", "ramp"),
         Binding("n", "skip_level", "skip"),
         Binding("l", "toggle_logs", "logs"),
+        Binding("r", "toggle_ramp_view", "levels"),
         Binding("slash", "search", "search"),
         Binding("question_mark", "help", "help"),
     ]
@@ -66,6 +77,8 @@ class SpecmonApp(App[str]):
         self.display_paused = False
         self.ramp_paused = False
         self.logs_chosen_by_user = False
+        self.compact = False  # the arms as one line each: their panels do not fit the terminal
+        self.ramp_view = False  # r: the ramp pane (every level, the plots) in place of the arms
         self.user_marks = 0  # marks placed with m in this app
         self.exit_reason: Optional[str] = None
         self._stop: Optional[asyncio.Event] = None
@@ -83,7 +96,8 @@ class SpecmonApp(App[str]):
         yield FleetHeader(self.state, id="fleet-header")
         with VerticalScroll(id="body", can_focus=False):
             yield FleetTable(self.state, id="fleet-table")
-            yield Container(id="arms")
+            with Container(id="arms"):
+                yield ArmRowsHeader(self.state, id="arm-rows-head")
             with ContentSwitcher(initial="ramp", id="bottom"):
                 yield RampPane(self.state, id="ramp")
                 yield Horizontal(id="logs")
@@ -177,6 +191,7 @@ class SpecmonApp(App[str]):
         if new:
             await arms_box.mount_all(new)
         self.set_class(len(shown) >= 3, "-many-arms")
+        self._update_compact()
         if self._torn_down():  # closed while panels were removed or mounted
             return
         logs_box = self.query_one("#logs")
@@ -192,6 +207,7 @@ class SpecmonApp(App[str]):
         self.query_one(StatusBar).refresh()
         self._show_chosen_panes()
         if arms:
+            self._update_compact()
             self.query_one(GpuStrip).refresh(layout=True)
             self.query_one(FleetHeader).update_visibility()
             if self.fleet_mode:
@@ -208,6 +224,56 @@ class SpecmonApp(App[str]):
         if isinstance(self.screen, ArmDetailScreen):
             self.screen.redraw()
 
+    def on_resize(self, event: events.Resize) -> None:
+        # after the layout at the new size: the strip above the arms may take another line
+        self.call_after_refresh(self._update_compact)
+
+    def _rows_left(self, compact: bool) -> int:
+        """Rows the ramp pane would have under the arms: panels (side by side from 120 columns,
+        stacked below) or, compact, a line per arm under one header line."""
+        panels = self._arm_panels()
+        width, height = self.size
+        body_w = width - 1  # the body's scrollbar
+        if self.ramp_view or not self.state.shows("arms"):
+            need = 0
+        elif self.fleet_mode:
+            need = self.query_one(FleetTable).outer_size.height
+        elif not panels:
+            need = 0
+        elif compact:
+            need = len(panels) + 1
+        elif width >= WIDE_FROM:
+            need = max(p.full_height(body_w // len(panels)) for p in panels)
+        else:
+            need = sum(p.full_height(body_w) for p in panels)
+        strip = self.query_one(GpuStrip)
+        above = 2  # the status line and the footer
+        above += max(strip.outer_size.height, 1) if strip.display else 0
+        if self.state.shows("knee"):
+            above += self.query_one(KneeBanner).rows(width)
+        with self.state.lock:
+            above += len(self.state.fleets)
+        return height - above - need
+
+    def _update_compact(self) -> None:
+        """Compact mode when the panels leave the ramp pane fewer than RAMP_MIN_ROWS; the ramp
+        table's newest rows only (its plots behind r when stacked) when its pane is short."""
+        if self._torn_down():
+            return
+        compact = not self.fleet_mode and self._rows_left(False) < RAMP_MIN_ROWS
+        if compact != self.compact:
+            self.compact = compact
+            self.set_class(compact, "-compact")
+            self.query_one(ArmRowsHeader).refresh()
+        for p in self._arm_panels():  # (also the panels mounted since)
+            p.set_compact(compact)
+        short = self._rows_left(compact) < (PLOTS_BESIDE_MIN_ROWS if self.size.width >= WIDE_FROM
+                                          else PLOTS_BELOW_MIN_ROWS)
+        ramp = self.query_one(RampPane)
+        ramp.set_tail(short and not self.ramp_view)
+        self.query_one("#bottom").set_class(short, "-short")  # its least height: what is left
+        ramp.set_hint("r: the arms" if self.ramp_view else ("r: every level" if short else None))
+
     @property
     def fleet_mode(self) -> bool:
         """More arms than fit side by side: the fleet table instead of the arm panels."""
@@ -217,8 +283,9 @@ class SpecmonApp(App[str]):
         """The layout's `panes:` (None: all) for the parts of the screen outside the arm panels."""
         state = self.state
         table = self.fleet_mode
-        for selector, show in (("#gpus", state.shows("gpu")), ("#arms", state.shows("arms") and not table),
-                               ("#fleet-table", state.shows("arms") and table),
+        arms = state.shows("arms") and not self.ramp_view
+        for selector, show in (("#gpus", state.shows("gpu")), ("#arms", arms and not table),
+                               ("#fleet-table", arms and table),
                                ("#bottom", state.shows("levels") or state.shows("log"))):
             widget = self.query_one(selector)
             if widget.display != show:
@@ -352,7 +419,7 @@ class SpecmonApp(App[str]):
                 self.screen.focus_previous()
             return
         panels = self._arm_panels()
-        if not panels:
+        if not panels or self.ramp_view:  # the arms are hidden behind the ramp
             return
         focused = self.focused
         i = panels.index(focused) if focused in panels else (-1 if step > 0 else 0)
@@ -398,6 +465,25 @@ class SpecmonApp(App[str]):
         self.logs_chosen_by_user = True
         if sw.current == "logs" and not self.query_one("#logs").children:
             self.notify("no log lines (logs come from servers specmon launched)", timeout=3)
+
+    def action_toggle_ramp_view(self) -> None:
+        """r: the ramp pane (every level's row, the plots) in place of the arms, and back."""
+        if not self.state.shows("levels"):
+            self.notify("this layout's panes leave out the levels", severity="warning", timeout=3)
+            return
+        self.ramp_view = not self.ramp_view
+        self.set_class(self.ramp_view, "-ramp-view")
+        if self.ramp_view:
+            self._focus_before_ramp_view = self.focused  # hidden with the arms: given back on return
+            self.query_one(ContentSwitcher).current = "ramp"
+            self.logs_chosen_by_user = True
+            self.query_one("#level-scroll").focus()  # the keys scroll the table
+        self._show_chosen_panes()
+        before = getattr(self, "_focus_before_ramp_view", None)
+        if not self.ramp_view and before is not None and before.is_attached:
+            self.call_after_refresh(before.focus)
+        self._update_compact()
+        self.redraw(ramp=True)
 
     def action_search(self) -> None:
         if isinstance(self.screen, ArmDetailScreen):

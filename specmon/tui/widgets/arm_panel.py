@@ -1,4 +1,5 @@
-"""One arm: header and the six metric panes, in a focusable bordered box."""
+"""One arm: header and the six metric panes, in a focusable bordered box; or, in compact mode
+(the app's choice when the panels do not fit the terminal), the same six figures on one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from specmon.tui.chart import arm_glyph
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.accept import AcceptPane
 from specmon.tui.widgets.arm_header import ArmHeader, arm_status
+from specmon.tui.widgets.arm_row import ArmRow, fit_words
 from specmon.tui.widgets.gpu import GpuPane
 from specmon.tui.widgets.kv import KvPane
 from specmon.tui.widgets.requests import RequestsPane
@@ -30,6 +32,7 @@ class ArmPanel(Vertical, can_focus=True):
         self.arm_name = arm
         self.chart_height = chart_height
         self._panes: dict[str, Widget] = {}
+        self.compact = False
         self.add_class(f"arm-{session.arm(arm).index % 6}")
 
     def compose(self) -> ComposeResult:
@@ -37,6 +40,30 @@ class ArmPanel(Vertical, can_focus=True):
         for name, pane in PANE_WIDGETS.items():
             self._panes[name] = pane(self.session, self.arm_name, chart_height=self.chart_height)
             yield self._panes[name]
+        yield ArmRow(self.session, self.arm_name)
+
+    def set_compact(self, compact: bool) -> None:
+        """One line (ArmRow) instead of the header and the panes, or back."""
+        if compact == self.compact:
+            return
+        self.compact = compact
+        self.set_class(compact, "-compact")
+        self.redraw()
+
+    def full_height(self, width: int) -> int:
+        """Rows the bordered panel takes at this outer width (what compact mode saves)."""
+        inner = max(width - 4, 20)  # the border and the padding
+        rows = 2 + self.query_one(ArmHeader).get_content_height(None, None, inner)
+        for name, pane in self._panes.items():
+            if self.session.shows(name):
+                rows += pane.get_content_height(None, None, inner)
+        return rows
+
+    def on_focus(self) -> None:
+        self.query_one(ArmRow).refresh()  # its '›' mark
+
+    def on_blur(self) -> None:
+        self.query_one(ArmRow).refresh()
 
     def on_mount(self) -> None:
         self.update_titles()
@@ -47,13 +74,19 @@ class ArmPanel(Vertical, can_focus=True):
         group = " · ".join(x for x in (arm.fleet, arm.role if arm.role not in (None, "regular") else None) if x)
         self.border_title = f"{arm_glyph(arm.index)} {self.arm_name}" + (f" ({group})" if group else "")
         words, kind = arm_status(arm)
-        self.border_subtitle = words if len(words) < 40 else words[:39] + "…"
+        self.border_subtitle = fit_words(words, 40)  # cut between words, never inside one
         self.set_class(kind == "bad", "-down")
 
     def redraw(self) -> None:
         self.update_titles()
+        header, row = self.query_one(ArmHeader), self.query_one(ArmRow)
+        if header.display == self.compact:
+            header.display = not self.compact
+            row.display = self.compact
         for name, pane in self._panes.items():
-            if pane.display != self.session.shows(name):
-                pane.display = self.session.shows(name)
+            want = self.session.shows(name) and not self.compact
+            if pane.display != want:
+                pane.display = want
         for child in self.children:
-            child.refresh(layout=True)
+            if child.display:
+                child.refresh(layout=True)

@@ -137,7 +137,7 @@ class FleetTable(DataTable):
     DEFAULT_CSS = "FleetTable { height: auto; max-height: 70%; display: none; }"
 
     def __init__(self, session: SessionState, **kw) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+        super().__init__(cursor_type="row", zebra_stripes=True, fixed_columns=1, **kw)  # the worker stays when scrolled right
         self.session = session
         self.can_focus = False  # until the app shows it (fleet mode)
         self.sort_column = "worker"

@@ -1,6 +1,6 @@
 """A banner once a knee is confirmed: per arm, every knee definition, and the predicted knee.
 
-One line per arm: the confirmed plateau (D1, "(within the noise)" when its 95% bounds do not
+One line per arm (more where its knees do not fit the width): the confirmed plateau (D1, "(within the noise)" when its 95% bounds do not
 settle it) and queueing (D2) knees, the D3 knees of the arm's latest level (Kleinrock power, and
 with SLOs the SLO and goodput knees; "C=8?" while that maximum is not confirmed), an SLO search's
 answer and bracket (or where it stands), the knee predicted from the KV pool, then the latest
@@ -14,27 +14,45 @@ from rich.text import Text
 from specmon.analysis.knee import slo_condition
 from specmon.tui.chart import arm_glyph
 from specmon.tui.state import ArmState, SessionState
+from specmon.tui.widgets.arm_row import fit_words
 from specmon.tui.widgets.base import StyledWidget
 
 
+KNEE_W = len(" KNEE ")
+DETAIL_MIN_W = 16  # less room than this left on the line: the confirmed knee's words are left out
+
+
 class KneeBanner(StyledWidget):
+    """Every item whole: a knee that does not fit its arm's line goes on the next line (indented);
+    the predicted knee goes only where it fits, and the latest knee's words fill what is left of
+    the last line, cut between words."""
+
     DEFAULT_CSS = "KneeBanner { height: auto; display: none; }"
 
     def __init__(self, session: SessionState, **kw) -> None:
         super().__init__(**kw)
         self.session = session
 
-    def render(self) -> Text:
-        lines = []
+    def _lines(self, width: int) -> list[Text]:
+        lines: list[Text] = []
         with self.session.lock:
             for arm in self.session.arms.values():
                 if arm.knee_news:
-                    lines.append(self._line(arm))
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+                    lines.extend(self._pack(arm, max(width, 40)))
+        return lines
 
-    def _item(self, t: Text, first: bool, name: str, c, note: str = "", confirmed: bool = True,
-              rates: bool = False) -> None:
-        t.append("  " if first else " · ", style=self.st("unit"))
+    def rows(self, width: int) -> int:
+        """Lines the banner takes at this width (0 when it has nothing to say)."""
+        return len(self._lines(width))
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._lines(width))
+
+    def render(self) -> Text:
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(self._lines(self.size.width or 80))
+
+    def _item(self, name: str, c, note: str = "", confirmed: bool = True, rates: bool = False) -> Text:
+        t = Text()
         t.append(f"{name} ", style=self.st("value"))
         t.append("r=" if rates else "C=", style=self.st("unit"))
         t.append("—" if c is None else f"{c:g}", style=self.st("value"))
@@ -44,58 +62,78 @@ class KneeBanner(StyledWidget):
             t.append("?", style=self.st("warn"))
         if note:
             t.append(f" ({note})", style=self.st("dim"))
+        return t
 
-    def _line(self, arm: ArmState) -> Text:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(" KNEE ", style=self.st("warn"))
-        t.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
+    def _items(self, arm: ArmState) -> list[Text]:
+        """The arm's knees, one Text each, in the order the banner says them."""
+        items: list[Text] = []
         # Every definition confirmed so far (plateau and queueing can disagree: the gap between
         # them is the operator's answer), the latest one's words at the end.
         by_definition = {x.definition: x for x in arm.knees}
         rates = any(r.offered_rate is not None for r in arm.levels)
-        n = 0
         for definition, x in by_definition.items():
             note = "within the noise" if definition == "plateau" and x.resolved is False else ""
-            self._item(t, n == 0, definition, x.concurrency, note, rates=rates)
-            n += 1
+            items.append(self._item(definition, x.concurrency, note, rates=rates))
         summary = arm.knees_summary
         if summary is not None:
             if summary.power.concurrency is not None:
-                self._item(t, n == 0, "power", summary.power.concurrency, confirmed=summary.power.confirmed,
-                           rates=rates)
-                n += 1
+                items.append(self._item("power", summary.power.concurrency, confirmed=summary.power.confirmed,
+                                        rates=rates))
             if summary.slo is not None:
                 words = slo_condition(summary.slo.slo_ttft_s, summary.slo.slo_tpot_s)
-                t.append("  " if n == 0 else " · ", style=self.st("unit"))
-                t.append("SLO ", style=self.st("value"))
+                t = Text("SLO ", style=self.st("value"))
                 if summary.slo.c_slo is None:
                     t.append("met nowhere", style=self.st("warn"))
                 else:
                     t.append("met to " + ("r=" if rates else "C="), style=self.st("unit"))
                     t.append(f"{summary.slo.c_slo:g}" + ("/s" if rates else ""), style=self.st("value"))
                 t.append(f" ({words.replace('<=', '≤')})", style=self.st("dim"))
-                n += 1
+                items.append(t)
                 if summary.slo.c_goodput is not None:
-                    self._item(t, False, "goodput", summary.slo.c_goodput, confirmed=summary.slo.goodput_confirmed,
-                               rates=rates)
+                    items.append(self._item("goodput", summary.slo.c_goodput,
+                                            confirmed=summary.slo.goodput_confirmed, rates=rates))
             if summary.search is not None:
-                self._search(t, summary.search, rates)
+                items.append(self._search(summary.search, rates))
+        return items
+
+    def _pack(self, arm: ArmState, width: int) -> list[Text]:
+        head = Text(no_wrap=True)
+        head.append(" KNEE ", style=self.st("warn"))
+        head.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
+        lines = [head]
+        first = True  # no knee said yet
+        for item in self._items(arm):
+            line = lines[-1]
+            sep = "  " if first else " · "
+            if line.cell_len + len(sep) + item.cell_len > width:
+                line = Text(" " * KNEE_W, no_wrap=True)
+                lines.append(line)
+                sep = ""
+            line.append(sep, style=self.st("unit"))
+            line.append_text(item)
+            first = False
+        line = lines[-1]
         pk = arm.predicted_knee
         if pk is not None and pk.concurrency is not None:
-            t.append("  predicted C≈", style=self.st("unit"))
-            t.append(f"{pk.concurrency:.1f}", style=self.st("value"))
+            pred = Text.assemble(("  predicted C≈", self.st("unit")), (f"{pk.concurrency:.1f}", self.st("value")))
+            if line.cell_len + pred.cell_len <= width:
+                line.append_text(pred)
         k = arm.confirmed_knee
-        if k is not None and k.detail:
-            t.append("  " + k.detail, style=self.st("dim"))
-        return t
+        room = width - line.cell_len - 2
+        if k is not None and k.detail and room >= DETAIL_MIN_W:
+            line.append("  " + fit_words(k.detail, room), style=self.st("dim"))
+        for line in lines:  # an item wider than the whole line (a very narrow terminal)
+            if line.cell_len > width:
+                line.truncate(width - 1)
+                line.append("…")
+        return lines
 
-    def _search(self, t: Text, s, rates: bool) -> None:
-        """' · search C=12 [12, 13) 8 levels' (done) or ' · search 8…16' while it bisects."""
+    def _search(self, s, rates: bool) -> Text:
+        """'search C=12 [12, 13) 8 levels' (done) or 'search 8…16' while it bisects."""
         def v(x) -> str:
             return "?" if x is None else f"{x:g}" + ("/s" if rates else "")
 
-        t.append(" · ", style=self.st("unit"))
-        t.append("search ", style=self.st("value"))
+        t = Text("search ", style=self.st("value"))
         if s.done:
             if s.answer is None:
                 t.append("none", style=self.st("warn"))
@@ -107,6 +145,7 @@ class KneeBanner(StyledWidget):
         else:
             t.append(f"{v(s.lo)}…{v(s.hi)}" if s.hi is not None else f"≥{v(s.lo)}", style=self.st("value"))
             t.append(f" ({s.levels_used} levels)", style=self.st("dim"))
+        return t
 
     def update_visibility(self) -> None:
         with self.session.lock:

@@ -22,6 +22,9 @@ class RampProgress(StyledWidget):
         self.paused = False
 
     def render(self) -> Text:
+        """Its items whole: the bar shortens below 100 columns, and the items after the level's
+        time (ETA, the requests done) are left out where they do not fit; the ramp's end or a
+        pause is kept before either."""
         s = self.session
         width = max(self.size.width, 40)
         t = Text(no_wrap=True, overflow="ellipsis")
@@ -45,25 +48,36 @@ class RampProgress(StyledWidget):
             elapsed = pr.elapsed_s if pr is not None and pr.level == lv.level else 0.0
             planned = lv.planned_s
             frac = min(elapsed / planned, 1.0) if planned else None
-            filled, empty = bar(frac, 20)
+            filled, empty = bar(frac, 20 if width >= 100 else 10)
             t.append("  ")
             t.append(filled, style=self.st("bar"))
             t.append(empty, style=self.st("bar-empty"))
             t.append(f" {fmt.duration(elapsed)}", style=self.st("value"))
             t.append(f"/{fmt.duration(planned)}" if planned else "", style=self.st("unit"))
+            tail: list[tuple[int, Text]] = []  # (priority: lower is kept first, the item), in order
             if pr is not None and pr.eta_s is not None and s.ramp_finished is None:
-                t.append("  ETA ", style=self.st("unit"))
-                t.append(fmt.duration(pr.eta_s), style=self.st("value"))
+                tail.append((1, Text.assemble(("  ETA ", self.st("unit")), (fmt.duration(pr.eta_s), self.st("value")))))
             if pr is not None and pr.done_requests:
-                t.append("  done", style=self.st("unit"))
+                done = Text("  done", style=self.st("unit"))
                 for arm in s.arms.values():
                     if arm.name in pr.done_requests:
-                        t.append(f" {arm_glyph(arm.index)}", style=self.arm_style(arm.index))
-                        t.append(f"{pr.done_requests[arm.name]}", style=self.st("value"))
+                        done.append(f" {arm_glyph(arm.index)}", style=self.arm_style(arm.index))
+                        done.append(f"{pr.done_requests[arm.name]}", style=self.st("value"))
+                tail.append((2, done))
             if s.ramp_finished is not None:
-                t.append(f"  ramp {s.ramp_finished}", style=self.st("warn" if s.ramp_finished != "done" else "good"))
+                tail.append((0, Text(f"  ramp {s.ramp_finished}",
+                                     style=self.st("warn" if s.ramp_finished != "done" else "good"))))
             elif self.paused:
-                t.append("  PAUSED", style=self.st("warn"))
+                tail.append((0, Text("  PAUSED", style=self.st("warn"))))
+            room = width - t.cell_len
+            keep = set()
+            for i, (_, x) in sorted(enumerate(tail), key=lambda ix: ix[1][0]):
+                if x.cell_len <= room:
+                    keep.add(i)
+                    room -= x.cell_len
+            for i, (_, x) in enumerate(tail):
+                if i in keep:
+                    t.append_text(x)
         t.truncate(width, overflow="ellipsis")
         return t
 
@@ -75,10 +89,18 @@ COLUMNS = (("C", 4, True), ("ach C", 6, True), ("tok/s", 7, True), ("tok/s/u", 8
 TABLE_W = 4 + sum(w for _, w, _ in COLUMNS)
 # A ramp of request rates: its first column is the rate ("4/s"), wider.
 RATE_COLUMNS = (("rate", 7, True),) + COLUMNS[1:]
+# Narrower than the table: these columns go first, in this order, so that the arms' names and
+# the knee marks stay whole (the achieved concurrency is flagged on the row when it falls short).
+DROP_FIRST = ("ach C", "tok/s/u", "TPOT", "TTFT99")
+KNEE_MARK_W = len(" ◆ queueing*")
 
 
 class LevelTable(StyledWidget):
-    """Fixed-width per-level table (one row per arm per level, a rule between levels)."""
+    """Fixed-width per-level table (one row per arm per level, a rule between levels).
+
+    With `tail` set (the app's compact mode, where the table has only the rows left under the
+    arms) it shows the newest levels that fit its height, whole, under the header, and says how
+    many earlier levels `r` shows."""
 
     DEFAULT_CSS = "LevelTable { height: auto; }"
 
@@ -86,6 +108,7 @@ class LevelTable(StyledWidget):
         super().__init__(**kw)
         self.session = session
         self.only_arm = arm
+        self.tail = False
 
     def _rows(self):
         rows = self.session.level_rows()
@@ -103,51 +126,89 @@ class LevelTable(StyledWidget):
         foot = 1 if any(self._noisy(r) for r in rows) else 0
         return 2 + len(rows) + max(levels - 1, 0) + foot if rows else 1
 
+    def columns(self, rows, width: int) -> tuple[int, list[tuple[str, int, bool]]]:
+        """(arm column width, the columns shown) at this width."""
+        names = [r.arm for r in rows]
+        rates = any(r.offered_rate is not None for r in rows)
+        columns = list(RATE_COLUMNS if rates else COLUMNS)
+        name_w = max(len(n) for n in names) + 3
+        tail_w = KNEE_MARK_W - 9 if any(r.knee for r in rows) else 0  # a knee mark runs past its column
+        for drop in DROP_FIRST:
+            if name_w + sum(w for _, w, _ in columns) + tail_w <= width:
+                break
+            columns = [c for c in columns if c[0] != drop]
+        return min(name_w, max(width - sum(w for _, w, _ in columns) - tail_w, 8)), columns
+
     def render(self) -> Text:
         rows = self._rows()
         if not rows:
             return Text("no level finished yet", style=self.st("dim"))
         width = max(self.size.width, 40)
-        names = [r.arm for r in rows]
-        rates = any(r.offered_rate is not None for r in rows)
-        columns = RATE_COLUMNS if rates else COLUMNS
+        arm_w, columns = self.columns(rows, width)
         table_w = 4 + sum(w for _, w, _ in columns)
-        arm_w = min(max(len(n) for n in names) + 3, max(width - table_w, 8))
         head = Text("arm".ljust(arm_w), style=self.st("label"), no_wrap=True)
         for name, w, right in columns:
             head.append((name.rjust(w) if right else " " + name.ljust(w - 1)), style=self.st("label"))
-        lines = [head, Text("─" * min(width, arm_w + table_w - 4), style=self.st("dim"))]
-        prev = None
+        rule_w = min(width, arm_w + table_w - 4)
+        lines = [head, Text("─" * rule_w, style=self.st("dim"))]
+        body: list[list[Text]] = []  # one list of lines per level
         for r in rows:
-            if prev is not None and r.level != prev:
-                lines.append(Text("┄" * min(width, arm_w + table_w - 4), style=self.st("dim")))
+            if not body or r.level != prev:
+                body.append([])
             prev = r.level
-            arm = self.session.arm(r.arm)
-            knee_row = bool(r.knee)
-            vs = self.st("warn") if knee_row else self.st("value")
-            cells = [
-                f"{r.offered_rate:g}/s" if r.offered_rate is not None else str(r.offered_concurrency),
-                fmt.num(r.achieved_concurrency, 1), fmt.rate(r.output_tok_s),
-                fmt.rate(r.per_user_tok_s), fmt.secs(r.ttft_p50_s), fmt.secs(r.ttft_p99_s),
-                fmt.secs(r.tpot_p50_s), "—" if r.accept_length is None else f"{r.accept_length:.2f}",
-                f"{r.ok}/{r.failed}",
-            ]
-            line = Text(no_wrap=True)
-            label = f"{arm_glyph(arm.index)} {r.arm}"
-            if len(label) > arm_w - 1:
-                label = label[:arm_w - 2] + "…"
-            line.append(label.ljust(arm_w), style=self.arm_style(arm.index))
-            for (name, w, _), cell in zip(columns, cells):
-                style = self.st("bad") if name == "ok/fail" and r.failed else vs
-                line.append(cell.rjust(w)[-w:], style=style)
-            if r.knee:
-                line.append(" ◆ " + r.knee + ("*" if self._noisy(r) else ""), style=self.st("warn"))
-            elif not r.valid:
-                line.append(" invalid", style=self.st("bad"))
-            lines.append(line)
-        if any(self._noisy(r) for r in rows):
-            lines.append(Text("* plateau within the noise: its 95% bounds do not settle it", style=self.st("dim")))
+            body[-1].append(self._row(r, arm_w, columns))
+        foot = ([Text("* plateau within the noise: its 95% bounds do not settle it", style=self.st("dim"))]
+                if any(self._noisy(r) for r in rows) else [])
+        total = sum(len(level) for level in body) + len(body) - 1  # the rows and the rules between levels
+        room = self.size.height - len(lines) - len(foot)
+        if self.tail and self.size.height and total > room:
+            # the newest levels that fit whole under the header, and a line counting the others
+            room -= 1
+            shown: list[list[Text]] = []
+            used = 0
+            for level in reversed(body):
+                cost = len(level) + (1 if shown else 0)
+                if shown and used + cost > room:
+                    break
+                shown.insert(0, level)
+                used += cost
+            hidden = len(body) - len(shown)
+            lines.append(Text(f"↑ {hidden} earlier level" + ("s" if hidden != 1 else "") + " · r: every level",
+                              style=self.st("dim")))
+            body = shown
+        for i, level in enumerate(body):
+            if i:
+                lines.append(Text("┄" * rule_w, style=self.st("dim")))
+            lines.extend(level)
+        lines.extend(foot)
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+
+    def _row(self, r, arm_w: int, columns) -> Text:
+        arm = self.session.arm(r.arm)
+        knee_row = bool(r.knee)
+        vs = self.st("warn") if knee_row else self.st("value")
+        cells = {
+            "C": str(r.offered_concurrency), "rate": f"{r.offered_rate:g}/s" if r.offered_rate is not None else "—",
+            "ach C": fmt.num(r.achieved_concurrency, 1), "tok/s": fmt.rate(r.output_tok_s),
+            "tok/s/u": fmt.rate(r.per_user_tok_s), "TTFT50": fmt.secs(r.ttft_p50_s),
+            "TTFT99": fmt.secs(r.ttft_p99_s), "TPOT": fmt.secs(r.tpot_p50_s),
+            "acc": "—" if r.accept_length is None else f"{r.accept_length:.2f}", "ok/fail": f"{r.ok}/{r.failed}",
+        }
+        line = Text(no_wrap=True)
+        label = f"{arm_glyph(arm.index)} {r.arm}"
+        if len(label) > arm_w - 1:
+            label = label[:arm_w - 2] + "…"
+        line.append(label.ljust(arm_w), style=self.arm_style(arm.index))
+        for name, w, _ in columns:
+            if name == "knee":
+                continue
+            style = self.st("bad") if name == "ok/fail" and r.failed else vs
+            line.append(cells[name].rjust(w)[-w:], style=style)
+        if r.knee:
+            line.append(" ◆ " + r.knee + ("*" if self._noisy(r) else ""), style=self.st("warn"))
+        elif not r.valid:
+            line.append(" invalid", style=self.st("bad"))
+        return line
 
 
 class RampPane(Vertical):
@@ -166,6 +227,20 @@ class RampPane(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "ramp"
+
+    def set_tail(self, tail: bool) -> None:
+        """The table's newest rows that fit (a short pane: the app's choice), or all of it."""
+        table = self.query_one(LevelTable)
+        if table.tail != tail:
+            table.tail = tail
+            self.set_class(tail, "-tail")
+            table.refresh(layout=True)
+
+    def set_hint(self, hint: str | None) -> None:
+        """The key to the rest, in the pane's title ('ramp · r: every level')."""
+        title = "ramp" + (f" · {hint}" if hint else "")
+        if self.border_title != title:
+            self.border_title = title
 
     def redraw(self) -> None:
         for w in self.query(StyledWidget):
