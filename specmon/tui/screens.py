@@ -24,6 +24,7 @@ KEYS = [
     ("tab / shift+tab", "focus the next / previous arm"),
     ("enter / d", "detail view of the focused arm (escape to go back)"),
     ("l", "show the launched servers' logs instead of the ramp (and back)"),
+    ("r", "the ramp (every level, the plots) in place of the arms (and back)"),
     ("/", "search the focused arm's log (empty search clears)"),
     ("space", "pause / resume the ramp (replay: pause playback)"),
     ("n", "skip to the next ramp level"),
@@ -36,6 +37,8 @@ LEGEND = [
     ("Reqs", "running / request cap, and queued; history: running left, queued right"),
     ("Gen", "generation tok/s (server), and per running request"),
     ("TTFT", "server TTFT p50/p90 over the scrape window; ▲ when queue time > 50 % of TTFT"),
+    ("one line", "a small terminal shows each arm on one line: GPU memory, KV, accept, run/cap, queue, "
+                 "tok/s, TTFT"),
     ("◆ ┆", "confirmed knee on the ramp plots; ┊ the knee predicted from KV capacity"),
     ("KNEE", "plateau (D1), queueing (D2), power = max tok/s ÷ TTFT p50, SLO met up to C, goodput = max "
              "tok/s × SLO attainment; C=8? not confirmed yet; within the noise: the plateau's 95% bounds "
@@ -56,7 +59,7 @@ class HelpScreen(ModalScreen[None]):
         keys.add_row("", "")
         for k, what in LEGEND:
             keys.add_row(k, what)
-        with Vertical(id="help-box"):
+        with VerticalScroll(id="help-box"):  # taller than 24 rows: it scrolls (up/down, page keys)
             yield Static(Text("specmon keys", style="bold"), id="help-title")
             yield Static(keys)
             yield Static(Text("escape closes", style="dim"))

@@ -45,9 +45,12 @@ class LevelPlot(StyledWidget):
         indexed = self.series()
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(self.title.replace(" vs C", " vs rate") if self.rates else self.title, style=self.st("label"))
-        for idx, s in indexed:
-            head.append(f"  {arm_glyph(idx)} {s.label}", style=self.arm_style(idx))
-        head.append("  ◆ knee ┊ predicted", style=self.st("dim"))
+        for idx, s in indexed:  # legend items whole, as many as fit (each arm's glyph is in the table too)
+            item = f"  {arm_glyph(idx)} {s.label}"
+            if head.cell_len + len(item) <= width:
+                head.append(item, style=self.arm_style(idx))
+        if head.cell_len + 20 <= width:
+            head.append("  ◆ knee ┊ predicted", style=self.st("dim"))
         head.truncate(width, overflow="ellipsis")
         plot = xy_plot([s for _, s in indexed], width, height - 1, y_fmt=self.y_fmt)
         lines = [head]
