@@ -80,7 +80,8 @@ def chromium(*args: str, profile: Path, timeout: float = 120) -> subprocess.Comp
 
 
 def write_report(out: Path) -> Path:
-    p = subprocess.run([sys.executable, "-m", "specmon", "report", str(SESSION), "--format", "html", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "specmon", "report", str(SESSION.relative_to(REPO)), "--format", "html",
+                        "--out", str(out)],
                        capture_output=True, text=True, timeout=180, cwd=str(REPO))
     assert p.returncode == 0, p.stderr
     return Path(p.stdout.strip())
@@ -175,7 +176,7 @@ def main(dest: Path) -> None:
         work = Path(d)
         report = write_report(work / "report")
         shot = work / "shot.png"
-        chromium(f"--screenshot={shot}", "--window-size=1100,1500", report.as_uri(), profile=work / "profile")
+        chromium(f"--screenshot={shot}", "--window-size=1300,1500", report.as_uri(), profile=work / "profile")
         Image.open(shot).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(
             dest, optimize=True)
     print(f"{dest}: {dest.stat().st_size // 1024} KiB")

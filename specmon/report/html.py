@@ -22,6 +22,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #f0f0f0; }
 td:first-child, th:first-child, .t { text-align: left; }
+td:first-child { white-space: nowrap; }
 .wide { overflow-x: auto; max-width: 100%; }
 img { max-width: 100%; margin: 0.5em 0; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.85em; margin: 0; }
