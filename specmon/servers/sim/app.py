@@ -126,6 +126,8 @@ def build_app(st: SimState) -> Starlette:
         max_new = sampling.get("max_new_tokens")
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         ignore_eos = bool(sampling.get("ignore_eos", False))
+        si = sampling.get("stream_interval")  # SGLang's per-request override of --stream-interval
+        si = si if isinstance(si, int) and not isinstance(si, bool) and si >= 1 else None
         # A uuid4-shaped id as SGLang makes, drawn from --seed: the n-th request of a run gets the
         # same id, hence the same answer, every time.
         rid = rid or uuid.UUID(int=st.rid_rng.getrandbits(128), version=4).hex
@@ -138,7 +140,7 @@ def build_app(st: SimState) -> Starlette:
             target, by_eos = (natural, True) if natural < max_new else (max_new, False)
         return SimRequest(rid=rid, prompt_len=prompt_len, max_new_tokens=max(1, max_new), target_len=target,
                           stop_by_eos=by_eos, t_created=st.clock.now(), log_metrics=log_metrics,
-                          prefix_key=key, seed=seed)
+                          prefix_key=key, seed=seed, stream_interval=si)
 
     async def wait_updates(r: SimRequest):
         """Yields (tokens_so_far, finished, error) each time the scheduler flushes this request."""
@@ -375,9 +377,8 @@ def build_app(st: SimState) -> Starlette:
     async def oai_stream(r: SimRequest, rid: str, created: int, model: str, chat: bool, include_usage: bool):
         ss = formats.StreamState(r)
         done = False
+        first = True
         try:
-            if chat:
-                yield "data: " + formats.chat_chunk(rid, created, model, role="assistant", content="") + "\n\n"
             async for n, fin, error in wait_updates(r):
                 if error:
                     yield "data: " + json.dumps({"error": {"message": error}}) + "\n\n"
@@ -386,10 +387,19 @@ def build_app(st: SimState) -> Starlette:
                 fr = formats.oai_finish_reason(r) if fin else None
                 matched = 2 if fr == "stop" else None
                 if chat:
+                    # SGLang's chat stream sends its role-only event (content "") when the first
+                    # output arrives from the scheduler, right before that output's content event,
+                    # not at admission: a client's first byte comes with the first token. Both go
+                    # out in one write here (docs/field-notes.md, SGLang notes 6.2).
+                    out = ("data: " + formats.chat_chunk(rid, created, model, role="assistant", content="")
+                           + "\n\n") if first else ""
+                    first = False
                     if piece:
-                        yield "data: " + formats.chat_chunk(rid, created, model, content=piece) + "\n\n"
+                        out += "data: " + formats.chat_chunk(rid, created, model, content=piece) + "\n\n"
                     if fin:
-                        yield "data: " + formats.chat_chunk(rid, created, model, finish=fr, matched=matched) + "\n\n"
+                        out += "data: " + formats.chat_chunk(rid, created, model, finish=fr, matched=matched) + "\n\n"
+                    if out:
+                        yield out
                 elif piece or fin:
                     # SGLang puts finish_reason on the completion chunk that carries the last tokens.
                     yield "data: " + formats.completion_chunk(rid, created, model, piece, fr, matched) + "\n\n"
@@ -602,6 +612,36 @@ def metrics_app(st: SimState):
     return app
 
 
+ARRIVAL_KEY = "specmon.sim.t_arrival"
+
+
+def arrival_stamping_protocol():
+    """uvicorn's h11 protocol (the one it picks here anyway: httptools is not installed), which
+    stamps each request with the wall time the event loop read its first bytes, in the scope
+    under ARRIVAL_KEY. The app's own first stamp comes later: uvicorn makes a task per request
+    and the loop runs it after whatever it was doing, at a level's first wave after C other
+    requests' parsing and every stream's chunks (the wire log keeps both stamps)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ArrivalStampingH11(H11Protocol):
+        _t_first: Optional[float] = None
+
+        def data_received(self, data: bytes) -> None:
+            t = time.time()
+            # The bytes begin a request when the connection is between requests (h11 stays IDLE
+            # until the whole head is parsed: a head split over reads keeps its first stamp).
+            if self._t_first is None and self.conn.their_state is h11.IDLE:
+                self._t_first = t
+            before = self.scope
+            super().data_received(data)
+            if self.scope is not before and self.scope is not None:
+                self.scope[ARRIVAL_KEY] = self._t_first if self._t_first is not None else t
+                self._t_first = None
+
+    return ArrivalStampingH11
+
+
 def wrap_middlewares(app, st: SimState):
     """Outermost first: request log, HTTP metrics, API key, overload 503."""
     request_log = st.cfg.args.request_log
@@ -611,6 +651,8 @@ def wrap_middlewares(app, st: SimState):
     gen_paths = {"/generate", "/v1/completions", "/v1/chat/completions"}
     log_fh = open(request_log, "a", buffering=1) if request_log else None
     wire_fh = open(st.cfg.args.wire_log, "a", buffering=1) if st.cfg.args.wire_log else None
+    from specmon.servers.sim.config import coalesce_steps
+    coalesce = coalesce_steps(st.cfg.args.speed)  # decode steps one chunk may hold (engine._deliver)
 
     async def asgi(scope, receive, send):
         if scope["type"] != "http":
@@ -640,11 +682,13 @@ def wrap_middlewares(app, st: SimState):
         if is_gen:
             st.in_flight += 1
         status = {"code": 500}
-        # Wall-clock wire stamps (time.time(), the clock a client on this host reads): the moment
-        # the request reached this app and each moment a body chunk was handed to the socket.
+        # Wall-clock wire stamps (time.time(), the clock a client on this host reads): when the
+        # event loop read the request's first bytes (t_arrival, arrival_stamping_protocol), when
+        # it reached this app (t_in) and each moment a body chunk was handed to the socket.
         # Ground truth for a client's timing that leaves out the scheduler-to-socket path and the
         # body parse, which SGLang's own *_ts stamps do not cover.
-        wire = {"t_in": time.time(), "first": None, "last": None, "last_token": None, "bodies": 0, "rid": None} \
+        wire = {"t_arrival": scope.get(ARRIVAL_KEY), "t_in": time.time(), "first": None, "last": None,
+                "last_token": None, "bodies": 0, "rid": None} \
             if (wire_fh is not None and is_gen) else None
 
         async def send_wrap(msg):
@@ -673,9 +717,10 @@ def wrap_middlewares(app, st: SimState):
                 st.in_flight -= 1
             if wire is not None:
                 wire_fh.write(json.dumps({"path": path, "status": status["code"], "rid": wire["rid"],
+                                          "t_arrival": wire["t_arrival"],
                                           "t_in": wire["t_in"], "t_first_body": wire["first"],
                                           "t_last_token_body": wire["last_token"], "t_last_body": wire["last"],
-                                          "bodies": wire["bodies"]}) + "\n")
+                                          "bodies": wire["bodies"], "coalesce_steps": coalesce}) + "\n")
             if m is not None:
                 active.dec()
                 m.http_responses_total.labels(endpoint=path, method=method, status_code=str(status["code"])).inc()

@@ -15,7 +15,7 @@ IGNORED_VALUE_FLAGS = ["--device", "--load-format", "--attention-backend", "--qu
                        "--random-seed", "--page-size", "--schedule-policy",
                        "--cuda-graph-max-bs", "--speculative-draft-model-revision", "--watchdog-timeout",
                        "--mamba-scheduler-strategy", "--reasoning-parser", "--tool-call-parser", "--admin-api-key",
-                       "--uvicorn-access-log-exclude-prefixes", "--max-prefill-tokens", "--stream-interval"]
+                       "--uvicorn-access-log-exclude-prefixes", "--max-prefill-tokens"]
 IGNORED_BOOL_FLAGS = ["--trust-remote-code", "--skip-server-warmup", "--disable-cuda-graph",
                       "--enable-mixed-chunk", "--disable-overlap-schedule",
                       "--enable-torch-compile"]
@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require this bearer key on every endpoint but /health and /metrics")
     p.add_argument("--decode-log-interval", type=int, default=40,
                    help="decode steps between two 'Decode batch' log lines (default 40)")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="as SGLang's flag: a streamed request gets a chunk when its output length L has "
+                        "L %% N == 1 after a decode step (every step for N=1, the default; a request's "
+                        "sampling_params.stream_interval overrides it), and always its first token and finish")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix cache (as SGLang's flag)")
     p.add_argument("--dp-size", "--data-parallel-size", "--dp", type=int, default=1,
                    help="data-parallel ranks: schedulers with a KV pool each, their series labelled dp_rank")
@@ -89,12 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, help=f"named profile (default {DEFAULT_PROFILE}); see --list-profiles")
     p.add_argument("--list-profiles", action="store_true",
                    help="print the named profiles (GPU, model, drafter) and exit")
-    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="simulated seconds per wall second (default 1). Streams get a chunk per decode step (as "
+                        "SGLang, see --stream-interval) below speed 2; at speed S>=2 a chunk holds up to floor(S) "
+                        "steps, so a stream gets no more chunks per wall second than at speed 1 (first tokens and "
+                        "finishes are never held back; the wire log says coalesce_steps)")
     p.add_argument("--drafter", default=None, help="override the profile's drafter: " + ", ".join(DRAFTERS))
     p.add_argument("--request-log", default=None, help="append 'METHOD PATH' per HTTP request to this file")
     p.add_argument("--wire-log", default=None,
-                   help="append one JSON line per generate request: wall time its ASGI call began and "
-                        "when its first and last body bytes went to the socket (benchmarks/ramp_fidelity.py)")
+                   help="append one JSON line per generate request, wall-clock (time.time()) stamps: t_arrival "
+                        "when the server's event loop read the request's first bytes from its socket, t_in when "
+                        "the app began handling it (t_in - t_arrival: its wait in the event loop), t_first_body / "
+                        "t_last_token_body / t_last_body when the first body chunk, the last one with tokens and "
+                        "the [DONE] went to the socket; bodies counts the body writes, coalesce_steps how many "
+                        "decode steps a chunk may hold at this --speed (benchmarks/ramp_fidelity.py)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of acceptance draws, output lengths and request ids (worker i: SEED+i; default 0)")
     p.add_argument("--workers", type=int, default=1,
@@ -131,6 +143,8 @@ def resolve(args: argparse.Namespace) -> SimConfig:
     prof = PROFILES[name]
     if args.speed <= 0:
         raise UsageError(f"--speed must be positive, got {args.speed}")
+    if args.stream_interval < 1:
+        raise UsageError(f"--stream-interval must be at least 1, got {args.stream_interval}")
     if not 1 <= args.dp_size <= 64:
         raise UsageError(f"--dp-size must be 1 to 64, got {args.dp_size}")
     if not 1 <= args.workers <= 512:
@@ -184,3 +198,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def optional_int(v) -> Optional[int]:
     return None if v is None else int(v)
+
+
+def coalesce_steps(speed: float) -> int:
+    """How many decode steps one stream chunk may hold at this --speed: 1 below 2 (a chunk per
+    step, as SGLang), floor(speed) above, so a stream's chunks per wall second stay what they
+    are at speed 1 (engine.Scheduler._deliver)."""
+    return max(1, int(speed))

@@ -68,6 +68,7 @@ class SimRequest:
     log_metrics: bool = True
     stream: bool = True          # non-streamed requests get one output, at the end (as in SGLang)
     prefix_key: Optional[tuple] = None   # the prompt as tokens (None: never cached, e.g. the warm-up)
+    stream_interval: Optional[int] = None  # sampling_params.stream_interval (None: the server's)
     seed: int = 0                # the request's own draws (token ids, acceptance) come from this
     # scheduler state
     prefilled: int = 0
@@ -91,7 +92,11 @@ class SimRequest:
     delivered: int = 0
     t_last_delivery: Optional[float] = None
     pending: list = field(default_factory=list)   # flushed updates the stream has not read yet
-    staged: list = field(default_factory=list)    # produced since the last flush, not visible yet
+    staged_n: int = 0            # tokens produced since the last flush, not visible yet
+    staged_t: float = 0.0
+    staged_fin: bool = False
+    owed: bool = False           # SGLang's stream_interval rule asked for an output since the last flush
+    steps_since: int = 0         # decode steps since this stream's last flush (coalescing, see _deliver)
     event: asyncio.Event = field(default_factory=asyncio.Event)
     _ids: list = field(default_factory=list)
     _text_parts: list = field(default_factory=list)
@@ -138,7 +143,7 @@ class Scheduler:
     def __init__(self, physics: Physics, clock: SimClock, *, max_running_requests: int,
                  chunked_prefill_size: int, max_prefill_tokens: int, decode_log_interval: int,
                  hooks: Optional[Hooks] = None, log_lines: bool = True, seed: int = 0,
-                 flush_wall_s: float = 0.05, radix_cache: bool = True):
+                 stream_interval: int = 1, coalesce_steps: int = 1, radix_cache: bool = True):
         self.ph = physics
         self.clock = clock
         self.max_total_tokens = physics.max_total_tokens
@@ -149,8 +154,10 @@ class Scheduler:
         self.hooks = hooks or Hooks()
         self.log_lines = log_lines
         self.rng = random.Random(seed)
-        self.flush_wall_s = flush_wall_s
-        self._urgent = False
+        # SGLang's --stream-interval, and how many decode steps one chunk may hold (1 at --speed
+        # below 2; see _deliver and main.py).
+        self.stream_interval = max(1, stream_interval)
+        self.coalesce_steps = max(1, coalesce_steps)
         self.spec = bool(physics.p.drafter.algorithm)
         self.bigram_keys = physics.p.drafter.algorithm in EAGLE_ALGOS
 
@@ -161,7 +168,7 @@ class Scheduler:
         self.t = 0.0                       # simulated time the GPU is busy until
         self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
-        self._dirty: set = set()
+        self._dirty: list = []             # requests whose staged tokens go out at the next flush
         self.cache: Optional[RadixCache] = RadixCache() if radix_cache else None
         self.stalled_until_wall = 0.0
         # statistics
@@ -304,7 +311,6 @@ class Scheduler:
         return {"tokens": 0, "passes": 0, "req_passes": 0, "spec_tokens": 0, "t0": None}
 
     async def _loop(self) -> None:
-        last_flush = time.monotonic()
         last_idle_report = self.clock.now()
         while True:
             if self.is_idle():
@@ -349,44 +355,67 @@ class Scheduler:
                     continue
             self.clock.hold_near(self.t)
             delay = self.clock.wall_delay(self.t)
-            # Streams are flushed at most every flush_wall_s of wall time, except a first token or
-            # a finish, which go out at once (TTFT and e2e stay exact). At --speed 20 a decode step
-            # lasts ~1.5 ms of wall time: one SSE chunk per request per step would cost 40 streams
-            # x 600 chunks/s on each side, more than a 2-core box has, and the CPU-starved clock
-            # would then distort every figure. Coalesced chunks carry several tokens, as
-            # speculative chunks do; clients count tokens, not chunks.
             # The pass's tokens exist when it ends (SGLang streams them after the forward): sleep
             # to the end of the pass first, then flush. Flushing before the sleep handed every
             # token to clients one pass early (client TTFT read ~10% under the stamps at C=150).
+            # Every pass is flushed: what a stream gets per pass is decided in _deliver.
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
                 await asyncio.sleep(0)
-            if self._urgent or time.monotonic() - last_flush >= self.flush_wall_s:
-                self._flush()
-                last_flush = time.monotonic()
+            self._flush()
             last_idle_report = self.t
 
     def _flush(self) -> None:
-        self._urgent = False
         if not self._dirty:
             return
         for r in self._dirty:
             # A stream sees exactly what was flushed: the next pass (computed before the stream
             # task gets to run) stages its tokens for the next flush, so the first chunk carries
             # only the first token, as SGLang's does.
-            r.pending.extend(r.staged)
-            r.staged.clear()
+            if r.aborted:
+                continue
+            r.pending.append(Update(r.staged_n, r.staged_t, r.staged_fin))
+            r.staged_n = 0
             r.event.set()
         self._dirty.clear()
 
     def _deliver(self, r: SimRequest, n: int, t: float, finished: bool = False) -> None:
+        """Stages a pass's n tokens for r and decides whether r's stream gets them at this pass's
+        flush. As SGLang's scheduler decides per request after each forward pass: a streamed
+        request outputs its first token, its finish, and otherwise when its output length L
+        satisfies L % stream_interval == 1 (every pass when the interval is 1); with speculative
+        decoding L grows by the pass's accepted tokens, so a pass that jumps over the residue
+        outputs nothing. A non-streamed request outputs once, at the end (SGLang's tokenizer
+        manager answers it only then). docs/field-notes.md, SGLang notes 6.1.
+
+        Coalescing, the simulator's own rule: a stream's chunk holds at most coalesce_steps
+        decode steps (1 at --speed below 2, floor(speed) above: main.py), so a stream never gets
+        more chunks per wall second than it would at --speed 1. Without it, at --speed 100 a
+        decode step is ~0.25 ms of wall time and a chunk per step per stream is more than two
+        cores can write and read; the CPU-starved clock would then distort every figure. First
+        tokens and finishes are never held back (TTFT and e2e stay exact)."""
         if r.aborted:
             return
-        r.staged.append(Update(n, t, finished))
-        self._dirty.add(r)
-        if finished or r.output_len <= n:  # first token(s) or the end: flush this step
-            self._urgent = True
+        r.staged_n += n
+        r.staged_t = t
+        r.staged_fin = finished
+        if finished:
+            ready = True
+        elif not r.stream:
+            ready = False
+        elif r.output_len <= n:  # the first token(s)
+            ready = True
+        else:
+            iv = r.stream_interval or self.stream_interval
+            if iv <= 1 or r.output_len % iv == 1:
+                r.owed = True
+            r.steps_since += 1
+            ready = r.owed and r.steps_since >= self.coalesce_steps
+        if ready:
+            r.owed = False
+            r.steps_since = 0
+            self._dirty.append(r)
         if r.stream:
             self.hooks.on_chunk(self, r, n, t)
         elif finished:

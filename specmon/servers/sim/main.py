@@ -118,6 +118,7 @@ def _build_worker(cfg, index: int, clock, log_lines: bool):
     metrics children), its ServerArgs and its SimState. Worker i of --workers N has port PORT+i
     and seed SEED+i."""
     from specmon.servers.sim.app import SimState
+    from specmon.servers.sim.config import coalesce_steps
     from specmon.servers.sim.dp import DPScheduler
     from specmon.servers.sim.engine import Hooks, Scheduler
     from specmon.servers.sim.physics import Physics
@@ -148,10 +149,12 @@ def _build_worker(cfg, index: int, clock, log_lines: bool):
                                chunked_prefill_size=prof.chunked_prefill_size,
                                max_prefill_tokens=prof.max_prefill_tokens,
                                decode_log_interval=args.decode_log_interval, hooks=hooks, seed=rank_seed,
+                               stream_interval=args.stream_interval, coalesce_steps=coalesce_steps(args.speed),
                                radix_cache=not args.disable_radix_cache, log_lines=log_lines and k == 0))
     sched = ranks[0] if len(ranks) == 1 else DPScheduler(ranks)
     server_args = build_server_args(cfg, ranks[0].ph)
     server_args["port"] = args.port + index
+    server_args["stream_interval"] = args.stream_interval
     return SimState(cfg=cfg, physics=ranks[0].ph, scheduler=sched, clock=clock, metrics=metrics,
                     server_args=server_args, logger=log)
 
@@ -159,7 +162,7 @@ def _build_worker(cfg, index: int, clock, log_lines: bool):
 async def _serve(cfg, socks, boot=None) -> int:
     import uvicorn
 
-    from specmon.servers.sim.app import build_app, wrap_middlewares
+    from specmon.servers.sim.app import arrival_stamping_protocol, build_app, wrap_middlewares
     from specmon.servers.sim.clock import SimClock
     from specmon.servers.sim.engine import SimRequest
     from specmon.servers.sim.stablehash import stable_hash
@@ -224,7 +227,8 @@ async def _serve(cfg, socks, boot=None) -> int:
         st.sched.start()
         app = wrap_middlewares(build_app(st), st)
         server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                                               timeout_graceful_shutdown=1, lifespan="off"))
+                                               timeout_graceful_shutdown=1, lifespan="off",
+                                               http=arrival_stamping_protocol()))
         servers.append(server)
         tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
     if boot is not None:
