@@ -17,7 +17,10 @@ writer (folder.py) first, then the front end (`fan_out`). Typed parts plug in:
 from __future__ import annotations
 
 import asyncio
+import csv
+import os
 import time
+from array import array
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
@@ -28,6 +31,7 @@ from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
     LaunchContext, Marker, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
 )
+from specmon.session import codec
 from specmon.session.folder import SessionWriter, default_out_dir
 from specmon.session.source import Emit, FleetSource, Supervision, fan_out
 from specmon.sources.host import HostCollector
@@ -38,8 +42,13 @@ from specmon.sources.sglang import ArmCollector
 if TYPE_CHECKING:
     from specmon.session.ramp import RampDriver
 
-# The in-memory history the ramp reads its level windows from; the CSVs hold everything.
-SAMPLES_KEPT = 4 * 3600
+# The samples a ramp level's statistics read (RampHost.samples_for) are its own: in memory only
+# while a level runs, from its start, at most SAMPLES_KEPT of them across the arms (a Sample is
+# about 2 KB: some 20 MiB), SAMPLES_MIN_PER_ARM at least per arm. A level that outlasts its
+# ring reads its earlier samples back from samples.csv, which holds every one. Without a ramp
+# nothing reads them and nothing is kept: a session's history is its CSVs.
+SAMPLES_KEPT = 10_800
+SAMPLES_MIN_PER_ARM = 120
 
 
 class LiveSession:
@@ -96,7 +105,9 @@ class LiveSession:
         self._info_seen: dict[str, int] = {}
         self._closing: list[asyncio.Future] = []  # collectors of workers that left, closing
         self._predicted: dict[str, PredictedKnee] = {}
-        self._samples: dict[str, deque[Sample]] = {}
+        self._samples: dict[str, deque[Sample]] = {}  # the running level's, per arm (above)
+        self._dropped: dict[str, array] = {}  # per arm, the exact ts of each sample its ring let go
+        self._csv_from = 0  # samples.csv's size when the running level started
         self._level: Optional[int] = None
         self._offered: Optional[int] = None
         self._emit: Emit = self.writer if self.writer is not None else (lambda e: None)
@@ -108,12 +119,66 @@ class LiveSession:
 
     # ---- what the ramp and the UI call --------------------------------------------------------
     def set_level(self, level: Optional[int], offered: Optional[int]) -> None:
+        if level != self._level:  # a new level (or none): nothing asks for the older samples
+            self._samples, self._dropped = {}, {}
+            self._csv_from = self._csv_size()
         self._level, self._offered = level, offered
 
     def samples_for(self, arm: str, t0: float, t1: float) -> list[Sample]:
-        if arm not in self._samples and self._ramp_fleet(arm) is not None:  # the ramp's gateway: its workers' sums
+        if self._ramp_fleet(arm) is not None:  # the ramp's gateway: its workers' sums
             return fleet_samples({w.name: self.samples_for(w.name, t0, t1) for w in self.fleet_workers(arm)}, arm)
-        return [s for s in self._samples.get(arm, ()) if t0 <= s.ts <= t1]
+        kept = [s for s in self._samples.get(arm, ()) if t0 <= s.ts <= t1]
+        dropped = self._dropped.get(arm)
+        if dropped and dropped[-1] >= t0:  # the ring let some of the window go
+            return [s for s in self._read_back(arm, dropped) if t0 <= s.ts <= t1] + kept
+        return kept
+
+    def _keep(self, arm: str, s: Sample) -> None:
+        """The running level's samples, for its statistics (SAMPLES_KEPT above)."""
+        if self.ramp is None or self._level is None:
+            return
+        ring = self._samples.get(arm)
+        if ring is None:
+            per_arm = max(SAMPLES_MIN_PER_ARM, SAMPLES_KEPT // max(1, len(self.arms)))
+            ring = self._samples[arm] = deque(maxlen=per_arm)
+        if len(ring) == ring.maxlen:
+            self._dropped.setdefault(arm, array("d")).append(ring[0].ts)  # 8 bytes, not 2 KB
+        ring.append(s)
+
+    def _csv_size(self) -> int:
+        try:
+            return os.path.getsize(self.out_dir / "samples.csv") if self.writer is not None else 0
+        except OSError:
+            return 0
+
+    def _read_back(self, arm: str, dropped: array) -> list[Sample]:
+        """The samples arm's ring let go this level, from samples.csv: its first rows since the
+        level started (written as they happen, in the order kept), one per stamp in `dropped`,
+        which gives each its exact ts (the cell has 1 ms). The other cells hold 6 significant
+        digits: what a level that outlasts its ring computes from. Fewer when the folder cannot
+        be read (no writer: none)."""
+        if self.writer is None:
+            return []
+        out: list[Sample] = []
+        try:
+            with open(self.out_dir / "samples.csv", newline="", encoding="utf-8") as f:
+                header = next(csv.reader([f.readline()]))
+                f.seek(max(self._csv_from, f.tell()))
+                for cells in csv.reader(f):
+                    row = dict(zip(header, cells))
+                    if row.get("arm") != arm or row.get("marker") or row.get("dp_rank"):
+                        continue  # another arm, a marker, a DP rank's row under its worker's
+                    try:
+                        s = codec.from_row(Sample, row)
+                    except (ValueError, TypeError):
+                        s = Sample(ts=0.0, arm=arm, up=False, state="error", reason="unreadable samples.csv row")
+                    s.ts = dropped[len(out)]
+                    out.append(s)
+                    if len(out) == len(dropped):
+                        break
+        except (OSError, StopIteration, csv.Error):
+            pass
+        return out
 
     def info(self, arm: str) -> Optional[ArmInfo]:
         c = self._collectors.get(arm)
@@ -232,7 +297,6 @@ class LiveSession:
         self._collectors[spec.name] = ArmCollector(
             spec, timeout_s=self.scrape_timeout_s, window_s=self.window_s,
             retry_min_s=self.interval, retry_max_s=max(8 * self.interval, 2.0))
-        self._samples.setdefault(spec.name, deque(maxlen=SAMPLES_KEPT))
 
     # ---- fleets: workers that come and go -------------------------------------------------------
     async def _poll_fleets(self, emit: Emit, deadline_s: float) -> None:
@@ -280,7 +344,6 @@ class LiveSession:
                 self._start_collector(w)
             else:
                 self._fleet_only.add(w.name)
-                self._samples.setdefault(w.name, deque(maxlen=SAMPLES_KEPT))
         for name in removed:
             self.arms = [a for a in self.arms if a.name != name]
             self._fleet_only.discard(name)
@@ -405,7 +468,7 @@ class LiveSession:
             if c is not None:
                 self._attach_machine(s, gpus, per_arm.get(spec.name), c)
             samples.append(s)
-            self._samples[spec.name].append(s)
+            self._keep(spec.name, s)
         tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts, fleets=list(self.last_fleets))
         self.last_tick = tick
         emit(tick)

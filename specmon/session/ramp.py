@@ -63,7 +63,9 @@ import collections
 import random
 import threading
 import time
-from typing import Any, Optional, Sequence
+from array import array
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Iterator, Optional, Sequence
 
 from specmon.analysis.knee import (
     knee_level, knees_summary, label_knee, plateau_knee, queue_share, queueing_knee, queueing_ttft,
@@ -164,6 +166,39 @@ def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
     return (last_fin - first_rx) / (last_end - first_sent)
 
 
+class CompactStamps(SequenceABC):
+    """A finished request's token events, (perf stamp, tokens added) pairs, as two arrays: 12
+    bytes a pair where the list of tuples the stream filled holds about 90. The level keeps
+    every request it sent until its statistics are computed (a level at C=1,000 sends thousands,
+    each with a stamp per chunk); this is the form they wait in once the row is written."""
+
+    __slots__ = ("_t", "_n")
+
+    def __init__(self, events: Sequence[tuple[float, int]]):
+        self._t = array("d", [t for t, _ in events])
+        self._n = array("i", [n for _, n in events])
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(zip(self._t[i], self._n[i]))
+        return self._t[i], self._n[i]
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        return zip(self._t, self._n)
+
+
+def compact(o: RequestOutcome) -> None:
+    """What a finished request keeps while its level runs (its requests.csv row is written):
+    the token events as CompactStamps, no answer text or ids (a multi-turn stream has taken
+    them). Called on the session's loop once the load loop is done with the request."""
+    if isinstance(o.token_events, list):
+        o.token_events = CompactStamps(o.token_events)
+    o.output_ids = o.output_text = None
+
+
 class _LevelState:
     """Shared between the load thread (writes) and the session loop (reads): appends only."""
 
@@ -235,8 +270,9 @@ class RampDriver:
         self._next_prompt: dict[str, int] = {a.name: 0 for a in self.arms}
         self._called: set[tuple[str, str]] = set()
         self._load: Optional[LoadLoop] = None
-        # The raw outcomes of the last finished level (per arm), for benchmarks and checks;
-        # earlier levels are dropped (token stamps of a long ramp would not fit in memory).
+        # The outcomes of the last finished level (per arm, their token events compacted), for
+        # benchmarks and checks; dropped when the next level starts (token stamps of a long ramp
+        # would not fit in memory).
         self.last_outcomes: dict[str, list[RequestOutcome]] = {}
         self.last_window: Optional[Window] = None
         # arm -> why it got no more requests: its server answered 401/403 (the command exits 2)
@@ -354,6 +390,7 @@ class RampDriver:
         plan = self.plan
         live.set_level(i, c if rate is None else None)
         self._skip.clear()
+        self.last_outcomes = {}  # the previous level's requests: judged, their rows written
         emit(LevelStarted(level=i, offered_concurrency=c, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
                           levels_total=len(plan.steps), offered_rate=rate))
         level = _LevelState([a.name for a in self.arms])
@@ -546,6 +583,7 @@ class RampDriver:
             arm, o = level.finished.popleft()
             in_window = o.t_sent_wall is not None and o.t_sent_wall >= level.window_t0
             emit(RequestFinished(record=o.record(arm, i, c, self._record_scale(arm), in_window)))
+            compact(o)
 
     def _explain_failures(self, spec: ArmSpec, r: LevelResult, level: _LevelState, wall_s: float) -> None:
         """Put what the server did first in the level's reason, and take out what would blame the
