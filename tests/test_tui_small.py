@@ -1,0 +1,261 @@
+"""The app in an 80x24 terminal (the size of an SSH session nobody resized), driven by replays of
+recorded sim sessions: every arm's six figures and its knees are on the screen, the ramp's every
+level is one key (r) away, and the lines specmon lays out fit their width (nothing is cut by the
+renderer, nor mid-word). At 160x48 the arm panels stay as they were.
+
+The expected figures come from the recording's own files (samples.csv, the knees in events.jsonl),
+formatted as the panes format them; the screen is read as the terminal would show it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from rich.console import Console
+
+from specmon.model import KneeCalled, LevelFinished
+from specmon.session.replay import ReplaySource
+from specmon.tui import fmt
+from specmon.tui.app import SpecmonApp
+from specmon.tui.widgets.arm_panel import ArmPanel
+from specmon.tui.widgets.arm_row import ArmRow, ArmRowsHeader
+from specmon.tui.widgets.knee_banner import KneeBanner
+from specmon.tui.widgets.ramp import LevelTable, RampProgress
+from specmon.tui.widgets.status_bar import StatusBar
+
+DATA = Path(__file__).parent / "data"
+SESSIONS = ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm"]
+
+
+def screen_text(app) -> str:
+    """The screen as plain text, one line per terminal row (what a screenshot shows)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+async def replayed(name: str, size: tuple[int, int]):
+    app = SpecmonApp(ReplaySource(DATA / name, speed=1e9), "t")
+    return app, app.run_test(size=size)
+
+
+async def until_ended(pilot) -> None:
+    app = pilot.app
+    for _ in range(600):
+        if app.query_one(StatusBar).stopped is not None:
+            break
+        await pilot.pause(0.02)
+    assert app.query_one(StatusBar).stopped is not None, "the replay did not finish"
+    await pilot.pause(0.1)
+    await pilot.pause()
+
+
+def _f(row: dict, key: str) -> Optional[float]:
+    return float(row[key]) if row.get(key) not in (None, "") else None
+
+
+def last_samples(name: str) -> dict[str, dict]:
+    """Each arm's last scrape in the recording's samples.csv (marker rows have no arm figures)."""
+    out: dict[str, dict] = {}
+    with open(DATA / name / "samples.csv") as f:
+        for row in csv.DictReader(f):
+            if row.get("arm") and row.get("up") in ("1", "True", "true"):
+                out[row["arm"]] = row
+    return out
+
+
+def six_figures(row: dict, cap: Optional[int], speculation: bool) -> dict[str, str]:
+    """The six figures of one arm as the panes write them, from its samples.csv row."""
+    used, total = _f(row, "kv_used_tokens"), _f(row, "kv_capacity_tokens")
+    usage = _f(row, "kv_usage")
+    if usage is None and used is not None and total:
+        usage = used / total
+    running, queued = _f(row, "running_reqs"), _f(row, "queued_reqs")
+    accept = _f(row, "accept_length")
+    gpu = _f(row, "gpu_mem_used_bytes")
+    return {
+        "gpu": fmt.DASH if gpu is None else fmt.gib(gpu, 0 if gpu >= 100 * fmt.GIB else 1),  # used (of total)
+        "kv": fmt.pct(usage),
+        "accept": ("none" if not speculation else (fmt.DASH if accept is None else f"{accept:.2f}")),
+        "running": fmt.num(running) + (f"/{cap}" if cap else ""),
+        "queued": fmt.num(queued),
+        "tok_s": fmt.rate(_f(row, "gen_tok_s")),
+        "ttft": fmt.secs(_f(row, "ttft_p50_s")),
+    }
+
+
+def recorded_knees(name: str) -> dict[str, dict[str, float]]:
+    """arm -> {definition: concurrency}: the last knee of each definition the ramp called, and the
+    power knee (max tok/s over TTFT) of each arm's last finished level, for the arms the banner has
+    news of (a called knee, or a confirmed power knee; an SLO ramp's verdicts are not in these)."""
+    out: dict[str, dict[str, float]] = {}
+    power: dict[str, tuple[float, bool]] = {}
+    for ev in ReplaySource(DATA / name).events:
+        if isinstance(ev, KneeCalled) and ev.definition != "predicted" and ev.concurrency is not None:
+            out.setdefault(ev.arm, {})[ev.definition] = ev.concurrency
+        if isinstance(ev, LevelFinished):
+            for arm, summary in ev.knees.items():
+                if summary.power.concurrency is not None:
+                    power[arm] = (summary.power.concurrency, summary.power.confirmed)
+    for arm, (c, confirmed) in power.items():
+        if confirmed or arm in out:
+            out.setdefault(arm, {})["power"] = c
+    return out
+
+
+def assert_lines_fit(widget) -> None:
+    """Every line the widget lays out fits its width: the renderer cuts nothing of it."""
+    lines = widget.render().split("\n")
+    width = widget.size.width
+    assert width > 0
+    for line in lines:
+        assert line.cell_len <= width, (type(widget).__name__, width, line.plain)
+
+
+@pytest.mark.parametrize("name", SESSIONS)
+async def test_every_arms_six_figures_and_knees_at_80x24(name):
+    samples = last_samples(name)
+    knees = recorded_knees(name)
+    app, run = await replayed(name, (80, 24))
+    async with run as pilot:
+        await until_ended(pilot)
+        screen = screen_text(app)
+        lines = screen.splitlines()
+        assert len(lines) == 24 and all(len(x) <= 80 for x in lines)
+        arms = app.state.arm_names()
+        assert set(arms) == set(samples)
+        # one arm keeps its panel at 80x24; two and three are a line each
+        assert app.compact == (len(arms) > 1)
+        for arm in arms:
+            info = app.state.arm(arm).info
+            cap = info.max_running_requests if info else None
+            fig = six_figures(samples[arm], cap, app.state.arm(arm).speculation is not False)
+            if app.compact:
+                widget = next(w for w in app.query(ArmRow) if w.arm_name == arm)
+                row = lines[widget.region.y]  # the arm's line on the screen
+                cells = row.split()
+                # the row's cells in the header's order: GPU GiB, KV, accept, run/cap, queue, tok/s, TTFT p50
+                at = cells.index(arm) + 1
+                assert cells[at].split("/")[0] == fig["gpu"], (row, fig)
+                assert cells[at + 1:at + 6] == [fig["kv"], fig["accept"], fig["running"], fig["queued"],
+                                                fig["tok_s"]], (row, fig)
+                assert fig["ttft"] in row, (row, fig)
+            else:
+                panel = "\n".join(lines)
+                assert f"{fig['kv']} ·" in panel and f"{fig['accept']} tok/step" in panel
+                assert f"run {fig['running']} · queue {fig['queued']}" in panel
+                assert f"{fig['tok_s']} tok/s" in panel and f"p50 {fig['ttft']}" in panel
+                assert re.search(r"^│ GPU\s", panel, re.M)
+            for definition, c in knees.get(arm, {}).items():
+                assert f"{definition} C={c:g}" in screen, (arm, definition, c)
+        assert knees, "the recordings call knees: the banner has something to show"
+        if app.compact:
+            header = lines[app.query_one(ArmRowsHeader).region.y]
+            assert header.split()[:8] == ["arm", "GPU", "GiB", "KV", "accept", "run/cap", "queue", "tok/s"]
+        # the ramp's newest level is on screen under the arms, its key in the pane's title and the footer
+        last = max(r.level for r in app.state.level_rows())
+        newest = [r for r in app.state.level_rows() if r.level == last]
+        assert all(re.search(rf"{re.escape(r.arm)}\s+{r.offered_concurrency}\s+{re.escape(fmt.rate(r.output_tok_s))}\s",
+                             screen) for r in newest), screen
+        assert "r: every level" in screen and "r levels" in lines[-1]
+        # what specmon lays out fits: nothing cut by the renderer, nothing cut with an ellipsis
+        widgets = [app.query_one(KneeBanner), app.query_one(RampProgress), app.query_one(LevelTable)]
+        if app.compact:
+            widgets += [app.query_one(ArmRowsHeader)] + list(app.query(ArmRow))
+        for w in widgets:
+            assert_lines_fit(w)
+            if not isinstance(w, KneeBanner):
+                assert "…" not in w.render().plain, (type(w).__name__, w.render().plain)
+        # the knee's own words, where the banner has room for them, stop between two words
+        with app.state.lock:
+            details = [k.detail for a in app.state.arms.values() for k in a.knees[-1:] if k.detail]
+        for line in app.query_one(KneeBanner).render().plain.splitlines():
+            if "…" in line:
+                part = line.rsplit("  ", 1)[-1][:-1]
+                detail = next(d for d in details if d.startswith(part))
+                assert detail[len(part)] == " ", (part, detail)
+
+
+async def test_the_ramp_table_is_one_key_away_at_80x24():
+    name = "session_demo_2arm"
+    levels = list(csv.DictReader(open(DATA / name / "levels.csv")))
+    app, run = await replayed(name, (80, 24))
+    async with run as pilot:
+        await until_ended(pilot)
+        table = app.query_one(LevelTable)
+        assert app.compact and table.tail
+        before = screen_text(app)
+        first = [r for r in levels if int(r["level"]) == 0]
+        assert "↑ 7 earlier levels" in before
+        assert not any(re.search(rf"{re.escape(r['arm'])}\s+10\s", before) for r in first)
+        await pilot.press("r")
+        await pilot.pause(0.1)
+        screen = screen_text(app)
+        assert app.ramp_view and not table.tail and "r: the arms" in screen
+        assert not app.query_one("#arms").display  # the ramp in place of the arms
+        # the first level's rows, which the compact screen had no room for, and both plots
+        for r in first:
+            assert re.search(rf"{re.escape(r['arm'])}\s+10\s+{re.escape(fmt.rate(float(r['output_tok_s'])))}\s",
+                             screen), screen
+        assert "output tok/s vs C" in screen and "TTFT p50 vs C" in screen
+        # the keys scroll the table to its last level
+        await pilot.press("end")
+        await pilot.pause(0.1)
+        screen = screen_text(app)
+        for r in [r for r in levels if int(r["level"]) == 9]:
+            assert re.search(rf"{re.escape(r['arm'])}\s+40\s", screen), screen
+        await pilot.press("r")
+        await pilot.pause(0.1)
+        assert not app.ramp_view and table.tail and app.query_one("#arms").display
+        assert "GPU GiB" in screen_text(app)
+
+
+@pytest.mark.parametrize("name", SESSIONS)
+async def test_160x48_keeps_the_arm_panels(name):
+    app, run = await replayed(name, (160, 48))
+    async with run as pilot:
+        await until_ended(pilot)
+        assert not app.compact and not app.query_one(LevelTable).tail
+        panels = list(app.query(ArmPanel))
+        assert panels and len({p.region.y for p in panels}) == 1  # side by side
+        for p in panels:
+            assert all(pane.display for pane in p._panes.values())
+            assert not p.query_one(ArmRow).display
+        assert not app.query_one(ArmRowsHeader).display
+        assert "r levels" in screen_text(app).splitlines()[-1]
+
+
+async def test_resizing_goes_compact_and_back():
+    app, run = await replayed("session_sim_3arm", (160, 48))
+    async with run as pilot:
+        await until_ended(pilot)
+        assert not app.compact
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        assert app.compact and all(p.query_one(ArmRow).display for p in app.query(ArmPanel))
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause(0.2)
+        assert not app.compact and not any(p.query_one(ArmRow).display for p in app.query(ArmPanel))
+
+
+async def test_the_fleet_table_at_80x24():
+    # seven workers behind a gateway: the fleet table (its own layout) instead of arm lines
+    name = "session_gateway_fleet"
+    app, run = await replayed(name, (80, 24))
+    async with run as pilot:
+        await until_ended(pilot)
+        screen = screen_text(app)
+        assert app.fleet_mode and not app.compact
+        for arm in app.state.arm_names():
+            assert arm in screen
+        for arm, by_definition in recorded_knees(name).items():
+            for definition, c in by_definition.items():
+                assert f"{definition} C={c:g}" in screen
+        assert "r levels" in screen.splitlines()[-1]
+        assert app.query_one(LevelTable).tail and "↑" in screen
