@@ -17,17 +17,13 @@ import pytest
 
 from gatewayproc import have_gateway, start_gateway
 from simproc import REPO, start_sim
+from records import rows
 from specmon.model import LEVEL_COLUMNS
 from specmon.sources.gateway import worker_name
 
 pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
 
 LEVELS = (6, 18, 30)
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope="module")

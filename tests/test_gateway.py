@@ -11,7 +11,6 @@ the simulators' request logs check.
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import subprocess
 import sys
@@ -19,12 +18,12 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from gatewayproc import RecordingProxy, have_gateway, start_gateway
 from simproc import REPO, free_port, start_sim
+from records import rows as csv_rows
 from specmon.analysis.ranks import rank_imbalance
 from specmon.model import ArmSpec, FleetChanged, SamplesTick
 from specmon.session.live import LiveSession
@@ -60,11 +59,6 @@ def wait_for(cond, timeout: float = 20.0, every: float = 0.1, what: str = "condi
             return v
         time.sleep(every)
     raise AssertionError(f"{what} not met within {timeout} s")
-
-
-def csv_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ real servers on 127.0.0.1 (`specmon sim` with its fault switches, or the small H
 for what the simulator cannot say: 429 with Retry-After, 403)."""
 
 import asyncio
-import csv
 import http.server
 import json
 import os
@@ -17,6 +16,7 @@ import pytest
 
 from badserver import LOADS, SAMPLE, SERVER_INFO
 from simproc import REPO, start_sim
+from records import rows
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.workload import Workload
 from specmon.model import ArmSpec, LevelFinished, Marker, RampFinished, RampPlan, RequestFinished
@@ -24,11 +24,6 @@ from specmon.session.live import LiveSession
 from specmon.session.ramp import BACKOFF_MAX_S, RETRY_AFTER_CAP_S, Backoff, RampDriver
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-
-
-def rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def run_ramp(arms, plan, out, interval=0.5):

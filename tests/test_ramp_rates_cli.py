@@ -7,15 +7,7 @@ import subprocess
 import sys
 
 from simproc import REPO, free_port, start_sim
-
-
-def max_overlap(intervals):
-    points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    cur = best = 0
-    for _, d in points:
-        cur += d
-        best = max(best, cur)
-    return best
+from records import max_overlap
 
 
 def test_rates_with_a_cap_headless_then_the_report(tmp_path):

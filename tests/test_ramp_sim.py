@@ -1,13 +1,13 @@
 """RampDriver end to end against real `specmon sim` processes (sped up, small levels)."""
 
 import asyncio
-import csv
 import json
 import time
 
 import pytest
 
 from simproc import start_sim
+from records import max_overlap, rows
 from specmon.session.ramp import RampDriver
 from specmon.model import (
     ArmSpec, KneeCalled, LevelFinished, LevelStarted, RampFinished, RampPlan,
@@ -30,20 +30,6 @@ def run_ramp(url, plan, out, interval=0.5, control=None):
 
     reason = asyncio.run(main())
     return ramp, events, reason
-
-
-def rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
-def max_overlap(intervals):
-    points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    cur = best = 0
-    for _, d in points:
-        cur += d
-        best = max(best, cur)
-    return best
 
 
 def test_short_ramp_records_exact_lengths_and_holds_c_in_flight(tmp_path):

@@ -3,7 +3,6 @@ prefixes (the hit rate SGLang reports, the TTFT it buys), multi-turn conversatio
 rate levels with an over-saturated one cut short, and the SLO search against a full ramp."""
 
 import asyncio
-import csv
 import json
 import re
 import subprocess
@@ -13,6 +12,7 @@ from itertools import islice
 import pytest
 
 from simproc import REPO, start_sim
+from records import rows
 from specmon.load.workload import arrival_times
 from specmon.model import ArmSpec, RampPlan
 from specmon.session.live import LiveSession
@@ -30,11 +30,6 @@ def run_ramp(url, plan, out, interval=0.5):
 
     reason = asyncio.run(main())
     return ramp, events, reason
-
-
-def rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def test_shared_prefixes_hit_the_cache_and_buy_ttft(tmp_path):
