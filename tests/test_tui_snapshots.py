@@ -1,4 +1,5 @@
-"""Snapshot tests: the real app replaying recorded sim sessions, 1 and 3 arms, 80x24 and 160x48.
+"""Snapshot tests: the real app replaying recorded sim sessions, 1, 2 (the demo) and 3 arms, 80x24
+(an arm a line from two arms) and 160x48 (the arm panels), and the ramp view (r) at 80x24.
 
 Baselines live in tests/__snapshots__/ (update with `pytest tests/test_tui_snapshots.py
 --snapshot-update` after checking the new SVGs by eye).
@@ -23,8 +24,19 @@ async def _replayed(pilot) -> None:
     await pilot.pause()
 
 
-@pytest.mark.parametrize("session", ["session_sim_1arm", "session_sim_3arm"])
+@pytest.mark.parametrize("session", ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm"])
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 def test_replay_snapshot(snap_compare, monkeypatch, session, size):
     monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", session)
     assert snap_compare(str(APP), terminal_size=size, run_before=_replayed)
+
+
+async def _replayed_then_r(pilot) -> None:
+    await _replayed(pilot)
+    await pilot.press("r")
+    await pilot.pause()
+
+
+def test_ramp_view_snapshot_at_80x24(snap_compare, monkeypatch):
+    monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", "session_demo_2arm")
+    assert snap_compare(str(APP), terminal_size=(80, 24), run_before=_replayed_then_r)
