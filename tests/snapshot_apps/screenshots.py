@@ -1,5 +1,6 @@
 """Write screenshots/*.svg: the real app replaying the recorded sim sessions in tests/data/,
-stopped in the middle of the last ramp level (the busiest moment), 160x48.
+stopped in the middle of a ramp level (the last by default: the busiest moment), 160x48 (and the
+demo at 80x24: an arm a line).
 
     .venv/bin/python tests/snapshot_apps/screenshots.py
 """
@@ -21,7 +22,9 @@ SHOTS = [("session_sim_1arm", "specmon-1arm.svg", None), ("session_sim_3arm", "s
          # a ramp through the real smg gateway: at C=12 its three first workers (the gateway's header
          # over their panels); at C=64, after four more joined, the fleet table of all seven
          ("session_gateway_fleet", "specmon-gateway.svg", 1),
-         ("session_gateway_fleet", "specmon-fleet-table.svg", 4)]
+         ("session_gateway_fleet", "specmon-fleet-table.svg", 4),
+         # the demo at the same moment in an 80x24 terminal: each arm on one line, the newest levels
+         ("session_demo_2arm", "specmon-80x24.svg", 7, (80, 24))]
 
 
 def mid_level(src: ReplaySource, level=None) -> None:
@@ -58,6 +61,6 @@ if __name__ == "__main__":
     import sys
 
     only = set(sys.argv[1:])  # file names to write (default: every shot)
-    for name, svg, level in SHOTS:
+    for name, svg, level, *size in SHOTS:
         if not only or svg in only:
-            print(asyncio.run(shoot(name, svg, level)))
+            print(asyncio.run(shoot(name, svg, level, *size)))
