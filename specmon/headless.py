@@ -41,7 +41,8 @@ def arm_cell(s: Sample) -> str:
         parts.append(f"acc {_n(s.accept_length, '{:.2f}')}")
     parts.append(f"ttft p50 {_n(s.ttft_p50_s, '{:.2f}s')} p90 {_n(s.ttft_p90_s, '{:.2f}s')}")
     if s.gpu_mem_used_bytes is not None and s.gpu_mem_total_bytes:
-        parts.append(f"gpu {s.gpu_mem_used_bytes / 2**30:.1f}/{s.gpu_mem_total_bytes / 2**30:.0f} GiB")
+        sim = " (simulated)" if s.gpu_source == "simulated" else ""  # the simulator's card, not a reading
+        parts.append(f"gpu{sim} {s.gpu_mem_used_bytes / 2**30:.1f}/{s.gpu_mem_total_bytes / 2**30:.0f} GiB")
     if s.gpu_power_w is not None:
         parts.append(f"{s.gpu_power_w:.0f} W")
     if s.state != "up":
@@ -51,6 +52,17 @@ def arm_cell(s: Sample) -> str:
     if s.source == "loads":
         parts.append("(/v1/loads)")
     return " ".join(parts)
+
+
+def simulated_gpus_line(gpus: list) -> str:
+    """Once: the simulated arms' cards and what holds their memory (weights, KV pool, graphs)."""
+    parts = []
+    for g in gpus:
+        split = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in (("weights", g.weights_bytes), ("KV pool", g.kv_pool_bytes),
+                                                             ("graphs", g.cuda_graph_bytes)) if v is not None)
+        total = "" if g.mem_total_bytes is None else f" of {g.mem_total_bytes / 2**30:.1f} GiB"
+        parts.append(f"{g.arm} GPU{g.index} {g.name or 'unknown card'}{total}" + (f" ({split} GiB)" if split else ""))
+    return "simulated (the simulator's own figures, not this host's): " + "; ".join(parts)
 
 
 def tick_line(tick: SamplesTick, t0: float) -> str:
@@ -142,6 +154,7 @@ class HeadlessPrinter:
         self.out = out
         self.t0 = time.time()
         self._gpu_said = False
+        self._sim_gpus_said = False
         self._knees: dict[str, KneesSummary] = {}  # arm -> the latest knees (LevelFinished.knees)
         self._fleets: dict[str, FleetLevels] = {}  # gateway arm -> its fleet's figures (LevelFinished.fleets)
         self._level_labels: dict[str, str] = {}  # level index -> "C=8"
@@ -157,9 +170,13 @@ class HeadlessPrinter:
             line = tick_line(e, self.t0)
             if not self._gpu_said and e.gpus is not None:
                 self._gpu_said = True
-                gpu = (f"{len(e.gpus.gpus)} GPU(s), driver {e.gpus.driver_version}" if e.gpus.available
+                gpu = (f"{len(e.gpus.host_gpus)} GPU(s), driver {e.gpus.driver_version}" if e.gpus.available
                        else e.gpus.reason or "NVML unavailable")
                 line = f"gpu: {gpu}\n{line}"
+            sim = e.gpus.simulated_gpus if e.gpus is not None else []
+            if sim and not self._sim_gpus_said:
+                self._sim_gpus_said = True
+                line = f"gpu: {simulated_gpus_line(sim)}\n{line}"
             return line
         if isinstance(e, ArmInfoUpdated):
             return info_line(e)

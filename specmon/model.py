@@ -65,6 +65,9 @@ class ArmInfo:
     # in /server_info as "sim_speed". Client-side durations are multiplied by it and client-side
     # rates divided by it, so a sped-up demo shows the times the simulated GPU would show.
     time_scale: float = 1.0
+    # The server said it is specmon's simulator (/server_info's sim_profile, which SGLang never
+    # writes): only then does specmon ask it for the GPU it simulates (sources/simgpu.py).
+    simulated: bool = False
 
     @property
     def speculative(self) -> Optional[bool]:
@@ -113,17 +116,39 @@ class GpuReading:
     power_w: Optional[float]
     temp_c: Optional[float]
     processes: Optional[list[GpuProcess]] = None  # None = the driver refused to list them
+    # "nvml": this host's card, read through NVML. "simulated": the card a simulated arm (`specmon
+    # sim`) says it simulates, read from that arm alone (sources/simgpu.py); never a host reading.
+    source: str = "nvml"
+    arm: Optional[str] = None  # a simulated GPU's arm
+    # What holds the memory, as the simulator accounts it (NVML does not say: None there).
+    weights_bytes: Optional[int] = None
+    kv_pool_bytes: Optional[int] = None
+    cuda_graph_bytes: Optional[int] = None
+    power_limit_w: Optional[float] = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.source == "simulated"
 
 
 @dataclass
 class GpuSnapshot:
-    """One NVML reading of every GPU on this host."""
+    """One NVML reading of every GPU on this host (available/reason/driver_version are NVML's),
+    followed by the simulated GPUs of the simulated arms (GpuReading.source "simulated")."""
 
     ts: float
     available: bool
     reason: Optional[str] = None  # why NVML is unavailable, e.g. "no NVIDIA driver (libnvidia-ml.so.1 not found)"
     driver_version: Optional[str] = None
     gpus: list[GpuReading] = field(default_factory=list)
+
+    @property
+    def host_gpus(self) -> list[GpuReading]:
+        return [g for g in self.gpus if not g.simulated]
+
+    @property
+    def simulated_gpus(self) -> list[GpuReading]:
+        return [g for g in self.gpus if g.simulated]
 
 
 @dataclass
@@ -231,6 +256,7 @@ class Sample:
     gpu_mem_used_bytes: Optional[int] = None
     gpu_mem_total_bytes: Optional[int] = None
     gpu_power_w: Optional[float] = None
+    gpu_source: Optional[str] = None  # "nvml" | "simulated": where the gpu_* figures came from
     offered_concurrency: Optional[int] = None
     level: Optional[int] = None  # index of the ramp level (0-based), None outside a ramp
     scrape_s: Optional[float] = None  # how long the scrape took
@@ -267,6 +293,7 @@ SAMPLE_COLUMNS = [
     # fleets: a row per worker (and, with DP ranks, a row per rank with dp_rank set)
     "worker", "role", "dp_rank", "stale_s",
     "cache_hit_rate",
+    "gpu_source",
 ]
 
 
@@ -276,6 +303,8 @@ GPU_COLUMNS = [
     "ts", "gpu", "name", "uuid", "mem_used_bytes", "mem_total_bytes", "util_pct", "power_w", "temp_c",
     "processes",  # "pid:bytes;pid:bytes" ("pid:" when the driver hides a process's memory); "-" none; empty = refused
     "available", "reason",
+    # "nvml" | "simulated" (a simulated arm's card: `arm` says whose), then the simulator's memory split
+    "source", "arm", "weights_bytes", "kv_pool_bytes", "cuda_graph_bytes", "power_limit_w",
 ]
 
 

@@ -323,10 +323,10 @@ class SessionWriter:
 
     def _write_gpus(self, snap: GpuSnapshot, ts: float) -> None:
         """Every GPU of this tick (stamped with the tick's ts, so replay pairs them with its
-        samples); a host without NVML gets one row saying why."""
+        samples); a host without NVML gets one row saying why, then the simulated arms' cards
+        (source "simulated", their arm named)."""
         if not snap.available:
-            self._gpus.write({"ts": ts, "available": False, "reason": snap.reason})
-            return
+            self._gpus.write({"ts": ts, "available": False, "reason": snap.reason, "source": "nvml"})
         for g in snap.gpus:
             row = vars(g).copy()
             row["gpu"] = g.index

@@ -38,6 +38,7 @@ from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.sglang import ArmCollector
+from specmon.sources.simgpu import SimulatedGpuPoller, attach_simulated, with_simulated
 
 if TYPE_CHECKING:
     from specmon.session.ramp import RampDriver
@@ -100,6 +101,7 @@ class LiveSession:
         self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
+        self._simgpu = SimulatedGpuPoller(keep_s=max(3 * interval, 2.0))  # simulated arms' cards
         self._collectors: dict[str, ArmCollector] = {}
         self._inflight: dict[str, asyncio.Task] = {}
         self._info_seen: dict[str, int] = {}
@@ -382,6 +384,7 @@ class LiveSession:
                 await f.aclose()
             except Exception:
                 pass
+        await self._simgpu.aclose()
         if self._nvml is not None:
             self._nvml.close()
 
@@ -422,7 +425,9 @@ class LiveSession:
             if name not in self._inflight:
                 self._inflight[name] = asyncio.create_task(c.scrape())
         readings = asyncio.create_task(asyncio.to_thread(self._read_machine))
-        tasks = list(self._inflight.values()) + [readings]
+        # simulated arms' own cards (only arms whose /server_info said they are the simulator)
+        simulated = self._simgpu.poll(self._collectors.values())
+        tasks = list(self._inflight.values()) + [readings, simulated]
         if self.fleets and (self._fleet_task is None or self._fleet_task.done()):
             # one poll round at a time: a round that runs past this tick finishes on a later one
             self._fleet_task = asyncio.create_task(self._poll_fleets(emit, deadline_s))
@@ -434,6 +439,7 @@ class LiveSession:
         gpus, host, per_arm = readings.result() if readings.done() and not readings.exception() else (None, None, {})
         if not readings.done():
             readings.cancel()
+        gpus = with_simulated(gpus, self._simgpu.take(), ts)
         samples = []
         for spec in list(self.arms):
             c = self._collectors.get(spec.name)
@@ -484,6 +490,9 @@ class LiveSession:
                         c: ArmCollector) -> None:
         if proc is not None:
             s.server_rss_bytes, s.server_cpu_pct = proc
+        if c.info is not None and c.info.simulated:
+            attach_simulated(s, gpus)  # its simulated card only, never this host's GPUs
+            return
         if gpus is None or not gpus.available:
             return
         # Which GPUs belong to this arm: those named for it, else those running its processes.
@@ -494,10 +503,11 @@ class LiveSession:
                 idx = [g.index for g in gpus.gpus if g.processes and any(p.pid in pids for p in g.processes)]
         if not idx:
             return
-        mine = [g for g in gpus.gpus if g.index in idx]
+        mine = [g for g in gpus.host_gpus if g.index in idx]
         s.gpu_mem_used_bytes = _sum([g.mem_used_bytes for g in mine])
         s.gpu_mem_total_bytes = _sum([g.mem_total_bytes for g in mine])
         s.gpu_power_w = _sum([g.power_w for g in mine])
+        s.gpu_source = "nvml"
 
     def _emit_info_updates(self, emit: Emit) -> None:
         for name, c in self._collectors.items():

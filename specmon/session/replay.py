@@ -176,7 +176,13 @@ def _load_gpus(path: Path) -> dict[float, GpuSnapshot]:
                        uuid=row.get("uuid") or None, mem_used_bytes=_opt(row, "mem_used_bytes", int, where),
                        mem_total_bytes=_opt(row, "mem_total_bytes", int, where),
                        util_pct=_opt(row, "util_pct", float, where), power_w=_opt(row, "power_w", float, where),
-                       temp_c=_opt(row, "temp_c", float, where))
+                       temp_c=_opt(row, "temp_c", float, where),
+                       # a simulated arm's card (older folders: no such column, every row NVML's)
+                       source=row.get("source") or "nvml", arm=row.get("arm") or None,
+                       weights_bytes=_opt(row, "weights_bytes", int, where),
+                       kv_pool_bytes=_opt(row, "kv_pool_bytes", int, where),
+                       cuda_graph_bytes=_opt(row, "cuda_graph_bytes", int, where),
+                       power_limit_w=_opt(row, "power_limit_w", float, where))
         procs = row.get("processes") or ""
         g.processes = None if not procs else [] if procs == "-" else [
             GpuProcess(pid=int(pid), name=None, used_bytes=int(used) if used else None)

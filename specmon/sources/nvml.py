@@ -164,6 +164,10 @@ def snapshot_from_dict(d: dict) -> GpuSnapshot:
             util_pct=g.get("util_pct"), power_w=g.get("power_w"), temp_c=g.get("temp_c"),
             processes=None if procs is None else [GpuProcess(pid=int(p["pid"]), name=p.get("name"),
                                                              used_bytes=p.get("used_bytes")) for p in procs],
+            # fixtures from before simulated GPUs existed hold NVML readings only
+            source=g.get("source") or "nvml", arm=g.get("arm"), weights_bytes=g.get("weights_bytes"),
+            kv_pool_bytes=g.get("kv_pool_bytes"), cuda_graph_bytes=g.get("cuda_graph_bytes"),
+            power_limit_w=g.get("power_limit_w"),
         ))
     return GpuSnapshot(ts=float(d.get("ts", 0.0)), available=bool(d.get("available")), reason=d.get("reason"),
                        driver_version=d.get("driver_version"), gpus=gpus)

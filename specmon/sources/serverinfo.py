@@ -115,6 +115,7 @@ def arm_info_from_server_info(d: Any) -> Optional[ArmInfo]:
         kv_cache_gb=_float(mem.get("kvcache")),
         graph_gb=_float(mem.get("graph")),
         time_scale=scale if scale is not None and scale > 0 else 1.0,
+        simulated=isinstance(d.get("sim_profile"), str) and bool(d.get("sim_profile")),
     )
 
 
