@@ -130,7 +130,7 @@ class SimulatedGpus:
         seed = int(getattr(st, "seed", 0))
         port = getattr(st.cfg.args, "port", 0)
         # A card's uuid stays the same across restarts of the same server (its --seed and port).
-        self._uuids = [f"GPU-{uuid.UUID(int=stable_hash(seed, port, i, 'gpu') << 64 | stable_hash(seed, i), version=4)}"
+        self._uuids = [f"GPU-{uuid.UUID(int=stable_hash(seed, port, i, 'gpu') << 64 | stable_hash(seed, port, i), version=4)}"
                        for i in range(len(self.meters) * self.tp)]
 
     def memory(self, ph: Physics) -> dict:

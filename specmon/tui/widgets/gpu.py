@@ -1,12 +1,20 @@
-"""GPU memory of one arm: used/total with a bar and its history (from the arm's Sample)."""
+"""GPU memory of one arm: used/total with a bar, power, and its history (from the arm's Sample).
+
+A simulated arm's figures are its simulator's account of the card it simulates (gpu_source
+"simulated"): the history row then says so, with what holds the memory (weights, KV pool, CUDA
+graphs). An arm without a GPU reading says so in two words; why (no driver...) is said once, on
+the GPU line, not on every arm.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from specmon.model import GpuReading
 from specmon.tui import fmt
 from specmon.tui.chart import bar
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import INLINE_MIN_W, INLINE_VALUE_W, LABEL_W, ArmPane
+from specmon.tui.widgets.gpu_strip import fit
 
 
 class GpuPane(ArmPane):
@@ -18,25 +26,87 @@ class GpuPane(ArmPane):
             return None
         return s.gpu_mem_used_bytes / s.gpu_mem_total_bytes
 
+    def _simulated(self) -> list[GpuReading]:
+        """This arm's simulated card(s) in the newest reading."""
+        snap = self.session.gpus
+        return [g for g in snap.gpus if g.simulated and g.arm == self.arm_name] if snap is not None else []
+
+    def _room(self) -> int:
+        """Cells the value gets (as ArmPane.render lays it out), on the pane's real width."""
+        width = max(self.size.width, 20)
+        if self.chart_height == 1 and width >= INLINE_MIN_W:
+            return INLINE_VALUE_W
+        return max(4, (self.size.width or width) - LABEL_W)
+
     def value(self) -> Text:
         s = self.arm.last
         gpus = self.session.gpus
         if s is None or s.gpu_mem_used_bytes is None:
-            if gpus is not None and not gpus.available:
-                return Text(fmt.nvml_unavailable(gpus.reason), style=self.st("warn"))
+            if gpus is not None and not gpus.available and not self._simulated():
+                return fit([Text(t, style=self.st("dim")) for t in ("no GPU reading", "no reading", "none")],
+                           self._room())
             return self.unknown()
         frac = self._frac()
-        filled, empty = bar(frac, 10)
         level = "bar-bad" if frac is not None and frac >= 0.97 else "bar"
-        return self.join(
-            Text.assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
-                          (f"{fmt.gib(s.gpu_mem_used_bytes)}", self.st("value")),
-                          (f"/{fmt.gib(s.gpu_mem_total_bytes)} GiB", self.st("unit"))),
-            None if s.gpu_power_w is None else Text.assemble(
-                (f"{s.gpu_power_w:.0f}", self.st("value")), (" W", self.st("unit"))),
-        )
+        room = self._room()
+        used, total, power = s.gpu_mem_used_bytes, s.gpu_mem_total_bytes, s.gpu_power_w
+
+        def form(bar_w: int, digits: int, unit: str, dot: bool) -> Text:
+            out = Text()
+            if bar_w:
+                filled, empty = bar(frac, bar_w)
+                out.append(filled, style=self.st(level))
+                out.append(empty, style=self.st("bar-empty"))
+                out.append(" ")
+            out.append(fmt.gib(used), style=self.st("value"))
+            out.append(f"/{fmt.gib(total, digits)}{unit}", style=self.st("unit"))
+            if power is not None:
+                out.append(" · " if dot else " ", style=self.st("dim"))
+                out.append(f"{power:.0f}", style=self.st("value"))
+                out.append(" W" if dot else "W", style=self.st("unit"))
+            return out
+
+        # whole figures only: a narrower pane drops the bar, then the spaces, never a digit
+        return fit([form(10, 1, " GiB", True), form(5, 1, " GiB", True), form(0, 1, " GiB", True),
+                    form(0, 0, "G", False), Text(fmt.gib(used), style=self.st("value"))], room)
+
+    def split_forms(self) -> list[Text]:
+        """'simulated' and what holds the memory, longest first (a form for every width)."""
+        gs = self._simulated()
+
+        def total(attr: str):
+            vals = [getattr(g, attr) for g in gs]
+            return sum(vals) if vals and all(v is not None for v in vals) else None
+
+        w, kv, gr = total("weights_bytes"), total("kv_pool_bytes"), total("cuda_graph_bytes")
+        tag = ("simulated", self.st("warn"))
+
+        def figure(name: str, v) -> list:
+            return [] if v is None else [(f" {name} ", self.st("unit")), (fmt.gib(v), self.st("value"))]
+
+        colon = (":", self.st("dim"))
+        gib_unit, g_unit = (" GiB", self.st("unit")), ("G", self.st("unit"))
+        forms = [
+            Text.assemble(tag, colon, *figure("weights", w), *figure("· KV pool", kv), *figure("· graphs", gr), gib_unit),
+            Text.assemble(tag, colon, *figure("weights", w), *figure("· KV", kv), *figure("· graphs", gr), gib_unit),
+            Text.assemble(tag, colon, *figure("weights", w), *figure("KV", kv), gib_unit),
+            Text.assemble(tag, colon, *figure("weights", w), *figure("KV", kv), g_unit),
+            Text.assemble(tag, colon, *figure("KV", kv), gib_unit),
+            Text.assemble(tag),
+            Text("sim", style=self.st("warn")),
+        ]
+        if w is None and kv is None:
+            forms = forms[-2:]
+        return forms
 
     def chart(self, width: int, height: int) -> list[Text]:
         s = self.arm.last
         hi = s.gpu_mem_total_bytes if s is not None and s.gpu_mem_total_bytes else None
+        if s is not None and s.gpu_source == "simulated" and height >= 1:
+            # The simulated pools do not move with load (allocated at startup, as SGLang's): the
+            # first row tells what holds them instead of a flat line.
+            rows = [fit(self.split_forms(), width)]
+            if height > 1:
+                rows += self.spark("gpu_mem_used_bytes", width, height - 1, lo=0.0, hi=hi)
+            return rows
         return self.spark("gpu_mem_used_bytes", width, height, lo=0.0, hi=hi)

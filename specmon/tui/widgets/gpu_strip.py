@@ -1,15 +1,87 @@
-"""Host line: one compact bar per GPU (NVML) and host CPU/memory; or why NVML is unavailable."""
+"""Host line: one compact bar per GPU (NVML), the simulated arms' cards (labelled simulated), host
+CPU/memory, and, said once, why NVML is unavailable.
+
+Every cell has shorter forms; the strip takes the richest forms that need the fewest lines, so no
+word is ever cut (a cell with no form narrow enough for a whole line loses whole words, with an
+ellipsis).
+"""
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from rich.text import Text
 
+from specmon.model import GpuReading
 from specmon.tui import fmt
 from specmon.tui.chart import bar
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.base import StyledWidget
 
 CELL_W = 38  # one GPU: "GPU0 ████▌     71.2/95.6G 310W 62°"
+
+
+def cut_words(text: Text, width: int) -> Text:
+    """`text` in at most `width` cells, cut after a whole word (with an ellipsis), never inside one."""
+    if text.cell_len <= width:
+        return text
+    plain = text.plain
+    cut = plain.rfind(" ", 0, max(0, width - 1))
+    while cut > 0 and plain[cut - 1] == " ":
+        cut -= 1
+    out = text.copy()
+    out.truncate(max(0, cut))
+    if width >= 1:
+        out.append("…")
+    return out
+
+
+def fit(variants: Sequence[Text], width: int) -> Text:
+    """The first (longest) form that fits in `width`, else the last one cut after a whole word."""
+    for v in variants:
+        if v.cell_len <= width:
+            return v
+    return cut_words(variants[-1], width)
+
+
+def nvml_state_forms(reason: Optional[str]) -> list[str]:
+    """Why NVML is unavailable, longest first: the collector's whole reason, without its
+    parenthesis, then its core words ("no NVIDIA driver")."""
+    full = fmt.nvml_unavailable(reason)
+    core = full.split(":", 1)[1].strip() if ":" in full else full
+    short = core.split(" (")[0].strip() or core
+    out: list[str] = []
+    for f in (full, f"NVML unavailable: {short}", short):
+        if f not in out:
+            out.append(f)
+    return out
+
+
+def _wrap(cells: Sequence[Text], width: int) -> list[Text]:
+    lines: list[Text] = []
+    cur, used = Text(no_wrap=True), 0
+    for c in cells:
+        if used and used + c.cell_len > width:
+            lines.append(cur)
+            cur, used = Text(no_wrap=True), 0
+        c = cut_words(c, width)
+        cur.append_text(c)
+        used += c.cell_len
+    if used or not lines:
+        lines.append(cur)
+    return lines
+
+
+def pack(cells: Sequence[Sequence[Text]], width: int) -> list[Text]:
+    """Cells (each a list of forms, longest first) into lines of at most `width` cells: every cell
+    at its k-th form (or its shortest), for the smallest k that needs the fewest lines, so the
+    cells stay alike and the line as rich as the room allows."""
+    best: list[Text] = []
+    for k in range(max((len(f) for f in cells), default=1)):
+        lines = _wrap([forms[min(k, len(forms) - 1)] for forms in cells], width)
+        if not best or len(lines) < len(best):
+            best = lines
+    return best
 
 
 class GpuStrip(StyledWidget):
@@ -19,52 +91,71 @@ class GpuStrip(StyledWidget):
         super().__init__(**kw)
         self.session = session
 
+    def _gpu_cell(self, label: Text, g: GpuReading, bar_w: int, util: bool) -> Text:
+        frac = (g.mem_used_bytes / g.mem_total_bytes
+                if g.mem_used_bytes is not None and g.mem_total_bytes else None)
+        c = label.copy()
+        if bar_w:
+            filled, empty = bar(frac, bar_w)
+            c.append(filled, style=self.st("bar-bad" if frac and frac >= 0.97 else "bar"))
+            c.append(empty, style=self.st("bar-empty"))
+            c.append(" ")
+        c.append(f"{fmt.gib(g.mem_used_bytes)}", style=self.st("value"))
+        c.append(f"/{fmt.gib(g.mem_total_bytes, 0)}G", style=self.st("unit"))
+        if g.power_w is not None:
+            c.append(f" {g.power_w:.0f}", style=self.st("value"))
+            c.append("W", style=self.st("unit"))
+        if util and g.util_pct is not None:
+            c.append(f" {g.util_pct:.0f}", style=self.st("value"))
+            c.append("%", style=self.st("unit"))
+        return c
+
+    def _label(self, text: str, style=None) -> Text:
+        return Text(text, style=style if style is not None else self.st("label"))
+
+    def cells(self) -> list[list[Text]]:
+        snap, host = self.session.gpus, self.session.host
+        cells: list[list[Text]] = []
+        real = snap.host_gpus if snap is not None else []
+        sim = snap.simulated_gpus if snap is not None else []
+        if sim:
+            # the simulator's own account of the card it simulates: said so before its cells
+            cells.append([self._label(" simulated:", self.st("warn"))])
+            per_arm: dict[Optional[str], int] = {}
+            for g in sim:
+                per_arm[g.arm] = per_arm.get(g.arm, 0) + 1
+            for g in sim:
+                arm = self.session.arms.get(g.arm) if g.arm is not None else None
+                name = (g.arm or "?") + (f" GPU{g.index}" if per_arm[g.arm] > 1 else "")
+                label = Text(f" {name} ", style=self.arm_style(arm.index) if arm is not None else self.st("label"))
+                cells.append([self._gpu_cell(label, g, 8, True), self._gpu_cell(label, g, 5, True),
+                              self._gpu_cell(label, g, 5, False), self._gpu_cell(label, g, 0, False)])
+        if real:
+            forms = [self._gpu_cell(self._label(f" GPU{g.index} "), g, 8, True) for g in real]
+            col = max(CELL_W, max(c.cell_len for c in forms) + 1)  # aligned columns of a multi-GPU host
+            for c in forms:
+                padded = c.copy()
+                padded.pad_right(col - c.cell_len)
+                cells.append([padded, c + Text(" ")])
+        lead = " host GPU " if sim else " GPU "
+        if snap is None:
+            why = "no host GPU reading in this session" if self.session.ticks else "no NVML reading yet"
+            cells.append([Text.assemble((lead, self.st("label")), (why, self.st("dim")))])
+        elif not snap.available:
+            cells.append([Text.assemble((lead, self.st("label")), (f, self.st("warn" if not sim else "dim")))
+                          for f in nvml_state_forms(snap.reason)])
+        if host is not None:
+            h = Text.assemble((" host ", self.st("label")), ("cpu ", self.st("unit")),
+                              (fmt.num(host.cpu_pct), self.st("value")), ("%", self.st("unit")))
+            if host.mem_used_bytes is not None:
+                h.append(" mem ", style=self.st("unit"))
+                h.append(fmt.gib(host.mem_used_bytes, 0), style=self.st("value"))
+                h.append(f"/{fmt.gib(host.mem_total_bytes, 0)}G", style=self.st("unit"))
+            cells.append([h])
+        return cells
+
     def render(self) -> Text:
         width = max(self.size.width, 40)
         with self.session.lock:
-            snap, host = self.session.gpus, self.session.host
-            cells: list[Text] = []
-            if snap is None:
-                why = "no host GPU reading in this session" if self.session.ticks else "no NVML reading yet"
-                cells.append(Text.assemble((" GPU ", self.st("label")), (why, self.st("dim"))))
-            elif not snap.available:
-                cells.append(Text.assemble((" GPU ", self.st("label")),
-                                           (fmt.nvml_unavailable(snap.reason), self.st("warn"))))
-            else:
-                for g in snap.gpus:
-                    frac = (g.mem_used_bytes / g.mem_total_bytes
-                            if g.mem_used_bytes is not None and g.mem_total_bytes else None)
-                    filled, empty = bar(frac, 8)
-                    c = Text.assemble(
-                        (f" GPU{g.index} ", self.st("label")),
-                        (filled, self.st("bar-bad" if frac and frac >= 0.97 else "bar")),
-                        (empty, self.st("bar-empty")), " ",
-                        (f"{fmt.gib(g.mem_used_bytes)}", self.st("value")),
-                        (f"/{fmt.gib(g.mem_total_bytes, 0)}G", self.st("unit")),
-                    )
-                    if g.power_w is not None:
-                        c.append(f" {g.power_w:.0f}", style=self.st("value"))
-                        c.append("W", style=self.st("unit"))
-                    if g.util_pct is not None:
-                        c.append(f" {g.util_pct:.0f}", style=self.st("value"))
-                        c.append("%", style=self.st("unit"))
-                    cells.append(c)
-            if host is not None:
-                h = Text.assemble((" host ", self.st("label")), ("cpu ", self.st("unit")),
-                                  (fmt.num(host.cpu_pct), self.st("value")), ("%", self.st("unit")))
-                if host.mem_used_bytes is not None:
-                    h.append(" mem ", style=self.st("unit"))
-                    h.append(fmt.gib(host.mem_used_bytes, 0), style=self.st("value"))
-                    h.append(f"/{fmt.gib(host.mem_total_bytes, 0)}G", style=self.st("unit"))
-                cells.append(h)
-        # Pack cells into lines, padded to a common column width so they align.
-        col = max(CELL_W, max(c.cell_len for c in cells) + 1)
-        per_line = max(1, width // col)
-        lines = []
-        for i in range(0, len(cells), per_line):
-            line = Text(no_wrap=True)
-            for c in cells[i:i + per_line]:
-                c.truncate(col, pad=True)
-                line.append_text(c)
-            lines.append(line)
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+            cells = self.cells()
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(pack(cells, width))
