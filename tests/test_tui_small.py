@@ -259,3 +259,72 @@ async def test_the_fleet_table_at_80x24():
                 assert f"{definition} C={c:g}" in screen
         assert "r levels" in screen.splitlines()[-1]
         assert app.query_one(LevelTable).tail and "↑" in screen
+
+
+async def test_live_arms_at_80x24_one_of_them_down(tmp_path):
+    # Live: a real simulated server and an address nobody listens on, attached at 80x24. The
+    # live arm's line carries its figures as they arrive; the other says why it has none.
+    import sys
+
+    from specmon.model import ArmSpec
+    from specmon.session.live import LiveSession
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from simproc import free_port, start_sim
+
+    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", speed=20, timeout=90) as sim:
+        arms = [ArmSpec(name="nvfp4-mtp", url=sim.url), ArmSpec(name="gone", url=f"http://127.0.0.1:{free_port()}")]
+        live = LiveSession(arms, interval=0.3, out_dir=tmp_path / "s", mode="attach")
+        app = SpecmonApp(live, "live")
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(600):
+                up, down = app.state.arm("nvfp4-mtp").last, app.state.arm("gone").last
+                if up is not None and up.up and app.state.arm("nvfp4-mtp").info and down is not None:
+                    break
+                await pilot.pause(0.05)
+            await pilot.pause(0.5)
+            assert app.compact  # two panels do not fit 24 rows
+            rows = {w.arm_name: w for w in app.query(ArmRow)}
+            lines = screen_text(app).splitlines()
+            live_line, gone_line = lines[rows["nvfp4-mtp"].region.y], lines[rows["gone"].region.y]
+            assert "/56" in live_line and "%" in live_line, live_line  # the request cap from /server_info; KV
+            down = app.state.arm("gone").last
+            assert not down.up and down.state in gone_line and "%" not in gone_line, gone_line
+            assert live_line.startswith("›") and not gone_line.startswith("›")  # the focus mark
+            await pilot.press("tab")
+            await pilot.pause(0.1)
+            lines = screen_text(app).splitlines()
+            assert lines[rows["gone"].region.y].startswith("›")
+            # enter opens the focused arm's detail view, with its full panes
+            await pilot.press("enter")
+            await pilot.pause(0.2)
+            assert app.screen.__class__.__name__ == "ArmDetailScreen" and app.screen.arm_name == "gone"
+            await pilot.press("escape")
+            await pilot.press("q")
+
+
+async def test_a_layouts_panes_choose_the_lines_columns(tmp_path):
+    # `panes: [arms, kv, ttft, levels]` in a layout: the compact lines show KV and TTFT only
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from snapshot_apps import make_session
+
+    folder = make_session.write(tmp_path / "s", n_arms=3, levels=(4, 8), level_s=2, legacy=False)
+    log = folder / "events.jsonl"
+    lines = log.read_text().splitlines()
+    assert '"panes":null' in lines[0]
+    lines[0] = lines[0].replace('"panes":null', '"panes":["arms","kv","ttft","levels"]')
+    log.write_text("\n".join(lines) + "\n")
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until_ended(pilot)
+        assert app.compact
+        screen = screen_text(app).splitlines()
+        header = screen[app.query_one(ArmRowsHeader).region.y].split()
+        assert header == ["arm", "KV", "TTFT", "p50", "p90"], header
+        for w in app.query(ArmRow):
+            s = app.state.arm(w.arm_name).last
+            cells = screen[w.region.y].split()
+            assert fmt.pct(s.kv_usage) in cells and fmt.secs(s.ttft_p50_s) in " ".join(cells)
+            assert not any("/48" in c for c in cells)  # no run/cap column
