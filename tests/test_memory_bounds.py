@@ -9,6 +9,8 @@
 
 import asyncio
 import csv
+import subprocess
+import sys
 
 import pytest
 
@@ -115,3 +117,22 @@ def test_finished_requests_are_compacted_and_released_by_the_next_level(tmp_path
         itl = o.itls()
         assert r.itl_mean_s == pytest.approx(scale * sum(itl) / len(itl), rel=1e-9)
         assert r.chunks == o.events
+
+
+HEAVY = ("matplotlib", "numpy", "pandas", "transformers", "tokenizers", "textual", "scipy")
+
+
+def test_a_headless_ramp_imports_no_heavy_module(tmp_path):
+    """The report's plotting stack, a tokenizer and the TUI are imported only where used."""
+    code = ("import atexit, sys\n"
+            f"heavy = {HEAVY!r}\n"
+            "atexit.register(lambda: print('HEAVY', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
+            "from specmon.cli import main\n"
+            "raise SystemExit(main(sys.argv[1:]))\n")
+    with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=50) as sim:
+        p = subprocess.run([sys.executable, "-c", code, "ramp", sim.url, "--levels", "2", "--requests-per-level", "4",
+                            "--input-len", "64", "--output-len", "8", "--headless", "--out", str(tmp_path / "s")],
+                           capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
+    assert len(csv_rows(tmp_path / "s" / "requests.csv")) == 4
