@@ -32,6 +32,7 @@ class ReportArm:
     gpus: int = 1
     gpus_source: str = "assumed 1"  # where the GPU count came from
     power_w: dict[int, Optional[float]] = field(default_factory=dict)  # level index -> mean gpu_power_w
+    power_simulated: bool = False  # power_w is the simulator's figure for the card it simulates
     predicted: Optional[PredictedKnee] = None  # as the live session called it
     slo_ttft_s: Optional[float] = None  # the ramp's SLOs (session.json ramp_plan); None: not given
     slo_tpot_s: Optional[float] = None
@@ -126,13 +127,15 @@ def _arm(s: ReportSession, name: str, key: str) -> ReportArm:
     gpus, source = _gpu_count(meta, name, server_args)
     plan = meta.ramp_plan or {}
     power: dict[int, list[Optional[float]]] = {}
+    simulated = False
     for smp in s.rec.samples:
         if smp.arm == name and smp.level is not None:
             power.setdefault(smp.level, []).append(smp.gpu_power_w)
+            simulated = simulated or smp.gpu_source == "simulated"
     return ReportArm(
         key=key, name=name, session=s.name, levels=levels, server_args=server_args,
         time_scale=arm_meta.time_scale if arm_meta is not None else None, gpus=gpus, gpus_source=source,
-        power_w={lv: mean(vals) for lv, vals in power.items()},
+        power_w={lv: mean(vals) for lv, vals in power.items()}, power_simulated=simulated,
         predicted=meta.predicted_knees.get(name),
         slo_ttft_s=_opt_float(plan.get("slo_ttft_s")), slo_tpot_s=_opt_float(plan.get("slo_tpot_s")),
         attainment=_opt_float(plan.get("attainment")) or 0.9, workload=workload_key(plan),

@@ -153,6 +153,8 @@ def levels_section(arms: Sequence[ReportArm]) -> Section:
         notes += [f"{lv.label} invalid: {lv.invalid_reason or 'no reason recorded'}"
                   for lv in a.levels if not lv.valid and lv.knee != "over_saturation"]
         notes += [f"{lv.label}: {lv.ttft_note}" for lv in a.levels if lv.ttft_note]
+        if a.power_simulated:
+            notes.append("GPU power W: simulated (the simulator's figure for the card it simulates, not a reading)")
         server = [lv.label for lv in a.levels if lv.accept_length_source == "server"]
         if server:
             notes.append(f"accept len at {', '.join(server)} from the server's gauge (its last decode window, "
@@ -273,6 +275,9 @@ def matched_section(arms: Sequence[ReportArm], at: Optional[Sequence[float]], pr
     else:
         notes.append("$ / M tok: give --price-per-gpu-hour")
     notes.append("tok/s per MW needs gpu_power_w in samples.csv (NVML on the serving host)")
+    sim = [a.key for a in arms if a.power_simulated]
+    if sim:
+        notes.append(f"GPU power W and tok/s per MW of {', '.join(sim)}: simulated (the simulator's card, not a reading)")
     return Section("Matched interactivity (same per-user tok/s)", lines, [Table(headers, rows, None, notes)])
 
 
