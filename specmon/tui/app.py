@@ -79,6 +79,7 @@ class SpecmonApp(App[str]):
         self.logs_chosen_by_user = False
         self.compact = False  # the arms as one line each: their panels do not fit the terminal
         self.ramp_view = False  # r: the ramp pane (every level, the plots) in place of the arms
+        self._layout_was: Optional[tuple] = None  # _layout_key when the layout was last chosen
         self.user_marks = 0  # marks placed with m in this app
         self.exit_reason: Optional[str] = None
         self._stop: Optional[asyncio.Event] = None
@@ -182,10 +183,10 @@ class SpecmonApp(App[str]):
             return
         arms_box = self.query_one("#arms")
         shown = self.state.arm_names()
-        gone = [p for p in arms_box.query(ArmPanel) if p.arm_name not in shown]  # workers that left a fleet
+        gone = [p for p in self._arm_panels() if p.arm_name not in shown]  # workers that left a fleet
         for p in gone:
             await p.remove()
-        have = {p.arm_name for p in arms_box.query(ArmPanel)}
+        have = {p.arm_name for p in self._arm_panels()}
         new = [ArmPanel(self.state, name, id=f"arm-{self.state.arm(name).index}")
                for name in shown if name not in have]
         if new:
@@ -213,7 +214,7 @@ class SpecmonApp(App[str]):
             if self.fleet_mode:
                 self.query_one(FleetTable).redraw()
             else:
-                for p in self.query_one("#arms").query(ArmPanel):
+                for p in self._arm_panels():
                     p.redraw()
         if ramp:
             self.query_one(RampPane).redraw()
@@ -228,10 +229,9 @@ class SpecmonApp(App[str]):
         # after the layout at the new size: the strip above the arms may take another line
         self.call_after_refresh(self._update_compact)
 
-    def _rows_left(self, compact: bool) -> int:
+    def _rows_left(self, panels: list[ArmPanel], compact: bool) -> int:
         """Rows the ramp pane would have under the arms: panels (side by side from 120 columns,
         stacked below) or, compact, a line per arm under one header line."""
-        panels = self._arm_panels()
         width, height = self.size
         body_w = width - 1  # the body's scrollbar
         if self.ramp_view or not self.state.shows("arms"):
@@ -255,19 +255,38 @@ class SpecmonApp(App[str]):
             above += len(self.state.fleets)
         return height - above - need
 
+    def _layout_key(self, panels: list[ArmPanel]) -> tuple:
+        """What the heights _rows_left adds up depend on: while it stays the same, so does the
+        layout (measuring the panels' lines every tick cost ~2 ms of CPU with three arms)."""
+        strip = self.query_one(GpuStrip)
+        with self.state.lock:
+            arms = tuple((id(a.info), a.phase, a.phase_detail, len(a.knees), id(a.knees_summary),
+                          id(a.predicted_knee), None if a.last is None else (a.last.state, a.last.reason,
+                                                                             a.last.cache_hit_rate is not None))
+                         for a in self.state.arms.values())
+            fleets = len(self.state.fleets)
+        table = self.query_one(FleetTable).outer_size.height if self.fleet_mode else 0
+        return (tuple(self.size), self.ramp_view, len(panels), strip.display, strip.outer_size.height,
+                fleets, table, tuple(self.state.panes or ()), arms)
+
     def _update_compact(self) -> None:
         """Compact mode when the panels leave the ramp pane fewer than RAMP_MIN_ROWS; the ramp
         table's newest rows only (its plots behind r when stacked) when its pane is short."""
         if self._torn_down():
             return
-        compact = not self.fleet_mode and self._rows_left(False) < RAMP_MIN_ROWS
+        panels = self._arm_panels()
+        key = self._layout_key(panels)
+        if key == self._layout_was:
+            return
+        self._layout_was = key
+        compact = not self.fleet_mode and self._rows_left(panels, False) < RAMP_MIN_ROWS
         if compact != self.compact:
             self.compact = compact
             self.set_class(compact, "-compact")
             self.query_one(ArmRowsHeader).refresh()
-        for p in self._arm_panels():  # (also the panels mounted since)
+        for p in panels:  # (also the panels mounted since)
             p.set_compact(compact)
-        short = self._rows_left(compact) < (PLOTS_BESIDE_MIN_ROWS if self.size.width >= WIDE_FROM
+        short = self._rows_left(panels, compact) < (PLOTS_BESIDE_MIN_ROWS if self.size.width >= WIDE_FROM
                                           else PLOTS_BELOW_MIN_ROWS)
         ramp = self.query_one(RampPane)
         ramp.set_tail(short and not self.ramp_view)
@@ -408,7 +427,8 @@ class SpecmonApp(App[str]):
         self.notify(f"saved {path}", timeout=4)
 
     def _arm_panels(self) -> list[ArmPanel]:
-        return list(self.query_one("#arms").query(ArmPanel))
+        # the box's own children: a query would match every pane inside the panels too
+        return [c for c in self.query_one("#arms").children if isinstance(c, ArmPanel)]
 
     def action_focus_arm(self, step: int) -> None:
         if self.screen is not self.screen_stack[0]:
