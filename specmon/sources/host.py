@@ -17,6 +17,7 @@ import psutil
 from specmon.model import ArmSpec, HostReading
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+MEMBERS_S = 5.0  # how often a server's process tree is walked again for new children
 
 
 def url_port(url: str) -> Optional[int]:
@@ -49,20 +50,30 @@ class _ProcTree:
         self.pid = pid
         self.root = psutil.Process(pid)
         self._procs: dict[int, psutil.Process] = {}
+        self._members: list[psutil.Process] = []
+        self._members_at = -1e9
+
+    def members(self) -> list[psutil.Process]:
+        """The root and its descendants, looked up at most every MEMBERS_S: psutil finds children
+        by reading every process's /proc/PID/stat (~3 ms with 120 processes, more on a busy GPU
+        host), and it was done for every arm on every tick. A server's tree settles once it has
+        started; a child that comes later is counted from the next lookup."""
+        now = time.monotonic()
+        if now - self._members_at >= MEMBERS_S:
+            try:
+                self._members = [self.root] + self.root.children(recursive=True)
+            except psutil.Error:
+                self._members = [self.root]
+            self._members_at = now
+        return self._members
 
     def pids(self) -> set[int]:
-        try:
-            return {self.pid} | {c.pid for c in self.root.children(recursive=True)}
-        except psutil.Error:
-            return {self.pid}
+        return {self.pid} | {p.pid for p in self.members()}
 
     def read(self) -> tuple[Optional[int], Optional[float]]:
         if not self.root.is_running():
             raise psutil.NoSuchProcess(self.pid)
-        try:
-            members = [self.root] + self.root.children(recursive=True)
-        except psutil.Error:
-            members = [self.root]
+        members = self.members()
         rss = 0
         cpu = 0.0
         seen = False

@@ -89,4 +89,5 @@ class ArmPanel(Vertical, can_focus=True):
                 pane.display = want
         for child in self.children:
             if child.display:
-                child.refresh(layout=True)
+                update = getattr(child, "update_view", None)  # only what changed (widgets/base.py)
+                update() if update is not None else child.refresh(layout=True)

@@ -29,10 +29,55 @@ class StyledWidget(Widget):
     }
 
     def st(self, name: str) -> Style:
-        return self.get_component_rich_style(f"pane--{name}", partial=True)
+        return self._component_style(f"pane--{name}")
 
     def arm_style(self, index: int) -> Style:
-        return self.get_component_rich_style(f"arm-{index % 6}", partial=True)
+        return self._component_style(f"arm-{index % 6}")
+
+    def _component_style(self, component: str) -> Style:
+        """The component's own style (what get_component_rich_style(partial=True) gives), kept
+        until the stylesheet gives the component new styles. Textual empties its own cache of
+        these on every refresh() and then works out the full inherited style too (a walk up the
+        DOM) just to hand back the partial one: a pane asks for ~15 styles a render, so at 1 Hz
+        with three arms that was the largest single cost of a tick. The stylesheet replaces a
+        component's RenderStyles object whenever it re-applies CSS (theme, classes, reload), so
+        that object's identity says whether the kept style is still right."""
+        source = self._component_styles.get(component)  # replaced, not changed, by the stylesheet
+        cache = self.__dict__.setdefault("_specmon_styles", {})
+        kept = cache.get(component)
+        if kept is not None and source is not None and kept[0] is source:
+            return kept[1]
+        style = self.get_component_styles(component).partial_rich_style
+        cache[component] = (source, style)
+        return style
+
+    def notify_style_update(self) -> None:
+        self.__dict__.pop("_specmon_styles", None)
+        super().notify_style_update()
+
+    def update_view(self) -> None:
+        """Refresh when what render() draws changed, with a layout pass only when the number of
+        lines did. A refresh is not free even when nothing changed: Textual renders the widget's
+        lines again, and refresh(layout=True) arranges the whole screen again. At 1 Hz most of a
+        screen (headers, a pane whose value held) draws the same as a second ago.
+
+        Panes that keep what they render (ArmPane) compare that; others are rendered once more
+        here. Before the first layout (no size yet) it is a plain layout refresh."""
+        if not self.display:
+            return  # drawn afresh when it is shown (showing it asks for a layout)
+        if not self.size.width:
+            self.refresh(layout=True)
+            return
+        new = self.render()
+        old = self.__dict__.get("_specmon_drawn")
+        if isinstance(new, Text) and isinstance(old, Text) and new == old:
+            return
+        self._specmon_drawn = new
+        self.refresh(layout=not isinstance(new, Text) or not isinstance(old, Text) or _lines(new) != _lines(old))
+
+
+def _lines(t: Text) -> int:
+    return t.plain.count("\n") + 1
 
 
 class ArmPane(StyledWidget):
@@ -46,6 +91,8 @@ class ArmPane(StyledWidget):
         self.session = session
         self.arm_name = arm
         self.chart_height = chart_height
+        self._drawn: Optional[tuple[int, Text]] = None  # (width, text) last handed to Textual
+        self._next: Optional[tuple[int, Text]] = None  # built by update_view for the next render()
 
     @property
     def arm(self) -> ArmState:
@@ -72,8 +119,32 @@ class ArmPane(StyledWidget):
             has_note = self.note() is not None
         return 1 + int(has_note) + (0 if inline else self.chart_height)
 
+    def update_view(self) -> None:
+        """As StyledWidget.update_view, without rendering twice: the Text built here is the one
+        render() hands to Textual next (when the width is still the same)."""
+        if not self.display:
+            return
+        width = self.size.width
+        if not width:
+            self.refresh(layout=True)
+            return
+        new = self.build(width)
+        old = self._drawn
+        if old is not None and old[0] == width and old[1] == new:
+            return
+        self._next = (width, new)
+        self.refresh(layout=old is None or _lines(old[1]) != _lines(new))
+
     def render(self) -> Text:
-        width = max(self.size.width, 20)
+        width = self.size.width
+        nxt, self._next = self._next, None
+        text = nxt[1] if nxt is not None and nxt[0] == width else self.build(width)
+        self._drawn = (width, text)
+        return text
+
+    def build(self, width: int) -> Text:
+        """What the pane shows at this width, from the session state now."""
+        width = max(width, 20)
         with self.session.lock:
             value = self.value()
             label = Text(self.LABEL.ljust(LABEL_W), style=self.st("label"))
