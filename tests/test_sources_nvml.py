@@ -67,3 +67,19 @@ def test_dump_tool_writes_a_fixture_here_too(tmp_path):
     assert len(readings) == 2
     if not _has_driver():
         assert "NVML unavailable" in p.stdout and readings[0].available is False
+
+
+def test_fixture_keeps_a_simulated_card_and_old_readings_are_nvml(tmp_path):
+    sim = GpuReading(index=0, name="NVIDIA RTX PRO 6000 Blackwell Server Edition", uuid="GPU-x", mem_used_bytes=3,
+                     mem_total_bytes=4, util_pct=100.0, power_w=370.0, temp_c=60.0, source="simulated", arm="fp8-mtp",
+                     weights_bytes=1, kv_pool_bytes=2, cuda_graph_bytes=None, power_limit_w=600.0)
+    snaps = [GpuSnapshot(ts=1.0, available=False, reason="NVML unavailable: no NVIDIA driver", gpus=[sim])]
+    path = tmp_path / "sim.json"
+    save_fixture(path, snaps)
+    back = load_fixture(path)
+    assert back == snaps and back[0].simulated_gpus == [sim] and back[0].host_gpus == []
+    # readings saved before simulated cards existed carry no source: they are NVML's
+    old = json.loads((REPO / "tests" / "data" / "gpu" / "h200-2gpu.json").read_text())
+    assert all("source" not in g for r in old["readings"] for g in r["gpus"])
+    first = load_fixture(REPO / "tests" / "data" / "gpu" / "h200-2gpu.json")[0]
+    assert first.gpus and all(g.source == "nvml" and g.arm is None and not g.simulated for g in first.gpus)
