@@ -288,6 +288,11 @@ async def test_live_arms_at_80x24_one_of_them_down(tmp_path):
             lines = screen_text(app).splitlines()
             live_line, gone_line = lines[rows["nvfp4-mtp"].region.y], lines[rows["gone"].region.y]
             assert "/56" in live_line and "%" in live_line, live_line  # the request cap from /server_info; KV
+            # the simulator's card (the only GPU figure here): the header says it is simulated
+            s = app.state.arm("nvfp4-mtp").last
+            assert s.gpu_source == "simulated" and s.gpu_mem_used_bytes
+            assert f"{fmt.gib(s.gpu_mem_used_bytes)}/{fmt.gib(s.gpu_mem_total_bytes)}" in live_line, live_line
+            assert "sim GiB" in lines[app.query_one(ArmRowsHeader).region.y]
             down = app.state.arm("gone").last
             assert not down.up and down.state in gone_line and "%" not in gone_line, gone_line
             assert live_line.startswith("›") and not gone_line.startswith("›")  # the focus mark

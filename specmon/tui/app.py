@@ -214,6 +214,8 @@ class SpecmonApp(App[str]):
             if self.fleet_mode:
                 self.query_one(FleetTable).redraw()
             else:
+                if self.compact:
+                    self.query_one(ArmRowsHeader).refresh()  # its words follow the arms' (sim GiB)
                 for p in self._arm_panels():
                     p.redraw()
         if ramp:

@@ -1,6 +1,7 @@
 """One arm on one line, for screens too small for the arm panels (80x24 with two or more arms).
 
-The same six figures as the panel, in columns under one header row (ArmRowsHeader): GPU memory,
+The same six figures as the panel, in columns under one header row (ArmRowsHeader): GPU memory
+(a simulated arm's simulated card: the header says 'sim GiB', or the cell 'sim' beside real ones),
 KV pool occupancy, acceptance length, running (of the cap) and queued, generation tok/s, and TTFT
 p50/p90 (▲ when queue time is most of it). An arm that is not up says its state instead. Columns
 are dropped whole, never cut, where the names would not fit whole; a layout's `panes:` drops its
@@ -62,6 +63,14 @@ def layout(session: SessionState, width: int) -> tuple[int, list[Column]]:
     return max(min(longest, width - fixed(cols)), 4), cols
 
 
+def simulated_gpus(session: SessionState) -> Optional[bool]:
+    """True when every arm with a GPU figure has a simulated one (the header then says 'sim GiB'),
+    False when none does, None when some do (those cells say 'sim' themselves)."""
+    kinds = {a.last.gpu_source == "simulated" for a in session.arms.values()
+             if a.watched and not a.left and a.last is not None and a.last.gpu_mem_used_bytes is not None}
+    return None if len(kinds) > 1 else (kinds == {True})
+
+
 def _gib_pair(used: Optional[float], total: Optional[float]) -> str:
     if used is None:
         return fmt.DASH
@@ -80,9 +89,11 @@ class ArmRowsHeader(StyledWidget):
         width = self.size.width or 80
         with self.session.lock:
             name_w, cols = layout(self.session, width)
+            simulated = simulated_gpus(self.session)
         t = Text(" " * MARK_W + "arm".ljust(name_w), style=self.st("label"), no_wrap=True)
         for c in cols:
-            t.append(" " + (c.header.rjust(c.width) if c.key != "flag" else " " * c.width), style=self.st("label"))
+            header = "sim GiB" if c.key == "gpu" and simulated else c.header
+            t.append(" " + (header.rjust(c.width) if c.key != "flag" else " " * c.width), style=self.st("label"))
         return t
 
 
@@ -125,6 +136,9 @@ class ArmRow(StyledWidget):
         value = self.st("value")
         if key == "gpu":
             text = _gib_pair(s.gpu_mem_used_bytes, s.gpu_mem_total_bytes)
+            if s.gpu_source == "simulated" and simulated_gpus(self.session) is None:
+                # beside real cards: this one says it is simulated (the header cannot)
+                text = fmt.gib(s.gpu_mem_used_bytes, 0) + " sim"
             frac = (s.gpu_mem_used_bytes / s.gpu_mem_total_bytes
                     if s.gpu_mem_used_bytes is not None and s.gpu_mem_total_bytes else None)
             return text, self.st("dim") if text == fmt.DASH else (self.st("bad") if frac and frac >= 0.97 else value)
