@@ -293,7 +293,8 @@ class SpecmonApp(App[str]):
         ramp = self.query_one(RampPane)
         ramp.set_tail(short and not self.ramp_view)
         self.query_one("#bottom").set_class(short, "-short")  # its least height: what is left
-        ramp.set_hint("r: the arms" if self.ramp_view else ("r: every level" if short else None))
+        more = "r: every level" + (", the plots" if self.size.width < WIDE_FROM else "")  # stacked: plots hidden
+        ramp.set_hint("r: the arms" if self.ramp_view else (more if short else None))
 
     @property
     def fleet_mode(self) -> bool:
