@@ -147,3 +147,82 @@ def test_cancelled_request_closes_its_stream_and_the_server_aborts_it():
         assert decodes > 0
         time.sleep(1.5)  # a running request logs a decode line every ~0.1 s here
         assert sim.log_text().count("Decode batch") <= decodes + 1  # the server stopped decoding it
+
+
+def _captured_stream(sim, n_tokens):
+    """The raw bytes of one real streamed /generate answer from the sim (head + chunked body)."""
+    import json
+    import socket
+
+    body = json.dumps({"input_ids": Workload(input_len=64, seed=5).prompt(0).input_ids, "stream": True,
+                       "sampling_params": {"max_new_tokens": n_tokens, "ignore_eos": True}}).encode()
+    with socket.create_connection(("127.0.0.1", sim.port)) as s:
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        raw = b""
+        while not raw.endswith(b"0\r\n\r\n"):
+            got = s.recv(65536)
+            assert got, "the sim closed before the end of the stream"
+            raw += got
+    return raw
+
+
+def _feed(raw, cuts):
+    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would."""
+    import h11
+
+    from specmon.load.client import _Exchange, _Stream
+
+    class _Transport:  # the socket end: nothing is written back in these tests
+        closed = False
+
+        def is_closing(self):
+            return self.closed
+
+        def close(self):
+            self.closed = True
+
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Stream()
+        conn.connection_made(_Transport())
+        conn.h11.send(h11.Request(method=b"POST", target=b"/generate", headers=[(b"Host", b"x"),
+                                                                               (b"Content-Length", b"0")]))
+        conn.h11.send(h11.EndOfMessage())
+        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+        o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
+        done = loop.create_future()
+        conn.exchange = _Exchange(conn, o, done)
+        for a, b in zip([0, *cuts], [*cuts, len(raw)]):
+            conn.data_received(raw[a:b])
+        if not done.done():
+            conn.connection_lost(None)
+        return o, conn
+    finally:
+        loop.close()
+
+
+def test_chunked_stream_read_the_same_however_the_socket_splits_it():
+    """The chunked body is framed by the client itself (not h11): a real stream handed over whole,
+    byte by byte, or cut in two at every position must read the same; cut short, it is an error."""
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        raw = _captured_stream(sim, 12)
+    assert b"transfer-encoding: chunked" in raw.lower()
+    whole, conn = _feed(raw, [])
+    assert whole.status == "ok", whole.error
+    assert sum(n for _, n in whole.token_events) == 12 and whole.rid and whole.events >= 2
+    assert conn.reusable()  # keep-alive: the socket goes back to the pool for the next request
+    head_end = raw.index(b"\r\n\r\n") + 4
+    splits = [list(range(1, len(raw)))] + [[i] for i in range(1, len(raw))]
+    for cuts in splits:
+        o, conn = _feed(raw, cuts)
+        assert (o.status, o.rid, o.events, [n for _, n in o.token_events]) == \
+            (whole.status, whole.rid, whole.events, [n for _, n in whole.token_events]), cuts[:3]
+        assert conn.reusable()
+    for end in (head_end + 3, len(raw) - 7, len(raw) - 2):  # the connection dies before the last chunk
+        o, conn = _feed(raw[:end], [])
+        assert o.status == "error" and o.error.startswith("ReadError"), (end, o.error)
+        assert not conn.reusable()
+    bad = raw[:head_end] + b"zz\r\n" + raw[head_end:]
+    o, conn = _feed(bad, [])
+    assert o.status == "error" and "chunk size" in o.error and not conn.reusable()

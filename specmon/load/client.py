@@ -266,9 +266,20 @@ class _Exchange:
         self.saw_done = False
         self.t_activity = time.perf_counter()
         self.watchdog: Optional[asyncio.TimerHandle] = None
+        # A 200 with a chunked body (every SGLang stream) is read past h11 once its head is in:
+        # h11 spends ~30 us of pure Python per chunk on framing that is one size line, the data
+        # and a CRLF. `chunked` is then the unparsed rest, `left` the data bytes still to come of
+        # the current chunk, `skip` the bytes of its CRLF, `trailer` whether the last chunk came.
+        self.chunked: Optional[bytes] = None
+        self.left = self.skip = 0
+        self.trailer = False
+        self.keep_alive = False
 
     def feed(self, now: float, data: bytes) -> None:
         self.t_activity = now
+        if self.chunked is not None:
+            self._chunked(now, data)
+            return
         conn = self.conn
         try:
             conn.h11.receive_data(data)
@@ -281,6 +292,13 @@ class _Exchange:
                     self.o.t_first_byte = now
                     if ev.status_code in (429, 503):
                         self.o.retry_after_s = retry_after(ev.headers)
+                    if ev.status_code == 200 and _is_chunked(ev.headers):
+                        rest, _ = conn.h11.trailing_data
+                        self.keep_alive = ev.http_version == b"1.1" and not _says_close(ev.headers)
+                        self.chunked = b""
+                        if rest:
+                            self._chunked(now, bytes(rest))
+                        return
                 elif isinstance(ev, h11.Data):
                     if self.status == 200:
                         self._body(now, bytes(ev.data))
@@ -299,6 +317,72 @@ class _Exchange:
         except h11.RemoteProtocolError as e:
             conn.close()
             self._fail("error", f"RemoteProtocolError: {e}")
+
+    def _chunked(self, now: float, data: bytes) -> None:
+        """HTTP/1.1 chunked framing of a 200's body: the data of every chunk goes to _body, stamped
+        with the arrival of the bytes that completed it; the last chunk (size 0) and the trailer
+        section end the response."""
+        buf = self.chunked + data if self.chunked else data
+        pos, n = 0, len(buf)
+        parts: list[bytes] = []
+        while pos < n:
+            if self.skip:  # the CRLF after a chunk's data
+                take = min(self.skip, n - pos)
+                if buf[pos:pos + take] != b"\r\n"[2 - self.skip:2 - self.skip + take]:
+                    return self._protocol_error("chunk data not followed by CRLF")
+                pos += take
+                self.skip -= take
+                continue
+            if self.left:
+                take = min(self.left, n - pos)
+                parts.append(buf[pos:pos + take])
+                pos += take
+                self.left -= take
+                if not self.left:
+                    self.skip = 2
+                continue
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > 4096:
+                    return self._protocol_error("chunk size line too long")
+                break
+            line = buf[pos:eol]
+            pos = eol + 2
+            if self.trailer:  # trailer fields after the last chunk, ended by an empty line
+                if line:
+                    continue
+                if parts:
+                    self._body(now, b"".join(parts))
+                self._end(now, leftover=pos < n)
+                return
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                return self._protocol_error(f"bad chunk size line {line[:40]!r}")
+            if size == 0:
+                self.trailer = True
+            else:
+                self.left = size
+        self.chunked = buf[pos:]
+        if parts:
+            self._body(now, b"".join(parts))
+
+    def _end(self, now: float, leftover: bool) -> None:
+        """The chunked body ended: the connection goes back to the pool with a fresh h11 state
+        (h11 never saw this body) unless the server said it closes, or sent bytes nobody asked for."""
+        if self.o.t_end is None:
+            self.o.t_end = now
+        self.chunked = None
+        if self.keep_alive and not leftover:
+            self.conn.h11 = h11.Connection(h11.CLIENT)
+        else:
+            self.conn.close()
+        self._finish()
+
+    def _protocol_error(self, why: str) -> None:
+        self.chunked = None
+        self.conn.close()
+        self._fail("error", f"RemoteProtocolError: {why}")
 
     def _body(self, now: float, raw: bytes) -> None:
         o = self.o
@@ -548,6 +632,14 @@ class GenerateClient:
                 outcome.completion_tokens = ex.last_tokens or None
         if outcome.status == "ok" and not outcome.token_events:
             outcome.status, outcome.error = "error", "stream ended without a token"
+
+
+def _is_chunked(headers) -> bool:
+    return any(k == b"transfer-encoding" and b"chunked" in v.lower() for k, v in headers)
+
+
+def _says_close(headers) -> bool:
+    return any(k == b"connection" and b"close" in v.lower() for k, v in headers)
 
 
 RETRY_AFTER_MAX_S = 3600.0  # a value beyond this is treated as nonsense, not as an order to wait
