@@ -257,6 +257,7 @@ def build_app(st: SimState) -> Starlette:
 
     async def gen_stream(r: SimRequest):
         ss = formats.StreamState(r)
+        middle = formats.MiddleMeta(lambda n: meta_for(r, n, False))
         done = False
         try:
             async for n, fin, error in wait_updates(r):
@@ -264,7 +265,10 @@ def build_app(st: SimState) -> Starlette:
                     yield "data: " + json.dumps({"error": {"message": error}}) + "\n\n"
                     break
                 ss.advance(n)
-                yield "data: " + formats.generate_chunk(ss, meta_for(r, n, fin)) + "\n\n"
+                if fin or n <= 1:
+                    yield "data: " + formats.generate_chunk(ss, meta_for(r, n, fin)) + "\n\n"
+                else:
+                    yield "data: " + formats.generate_chunk_raw(ss, middle.json(r, n)) + "\n\n"
             yield "data: [DONE]\n\n"
             done = True
         finally:

@@ -114,6 +114,16 @@ class SimRequest:
                 self._ids.append(100 + draw(self.seed, i) % 31000)
         return self._ids[:n]
 
+    def ids_between(self, a: int, b: int) -> list[int]:
+        """Output token ids a..b-1 (what a stream chunk adds), without copying the rest."""
+        if len(self._ids) < b:
+            self.token_ids(b)
+        return self._ids[a:b]
+
+    @staticmethod
+    def text_of(ids: list[int]) -> str:
+        return "".join("" if tid == EOS_TOKEN_ID else WORDS[tid % len(WORDS)] for tid in ids)
+
     def text_upto(self, n: int) -> str:
         ids = self.token_ids(n)
         while len(self._text_parts) < n:

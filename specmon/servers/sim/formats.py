@@ -25,16 +25,16 @@ class StreamState:
         self.text = ""
 
     def advance(self, n: int) -> str:
-        """Adds n tokens; returns the text of just those tokens."""
+        """Up to n tokens in all; returns the text of just the new ones. Only the new tokens are
+        rendered (a chunk per decode step: re-rendering the whole output each time cost O(n))."""
+        if n <= self.n:
+            return ""
         r = self.r
-        ids = r.token_ids(n)
-        new_ids = ids[self.n:n]
-        full = r.text_upto(n)
-        piece = full[len(self.text):]
-        self.text = full
-        if new_ids:
-            s = ",".join(map(str, new_ids))
-            self.ids_json = f"{self.ids_json},{s}" if self.ids_json else s
+        new_ids = r.ids_between(self.n, n)
+        piece = r.text_of(new_ids)
+        self.text += piece
+        s = ",".join(map(str, new_ids))
+        self.ids_json = f"{self.ids_json},{s}" if self.ids_json else s
         self.n = n
         return piece
 
@@ -103,7 +103,31 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
 
 
 def generate_chunk(st: StreamState, meta: dict) -> str:
-    return '{"text":' + dumps(st.text) + ',"output_ids":[' + st.ids_json + '],"meta_info":' + dumps(meta) + "}"
+    return generate_chunk_raw(st, dumps(meta))
+
+
+def generate_chunk_raw(st: StreamState, meta_json: str) -> str:
+    return '{"text":' + dumps(st.text) + ',"output_ids":[' + st.ids_json + '],"meta_info":' + meta_json + "}"
+
+
+_MARK = 987654321987  # a completion_tokens no request reaches: where a template splits
+
+
+class MiddleMeta:
+    """meta_info of a stream's middle chunks (neither the first nor the last) as JSON: only
+    completion_tokens moves between them (and total_retractions, rarely), so the rest is rendered
+    once per request instead of once per decode step."""
+
+    def __init__(self, render):
+        self.render = render        # n -> the meta_info dict of a middle chunk with n tokens
+        self.key = None
+        self.head = self.tail = ""
+
+    def json(self, r: SimRequest, n: int) -> str:
+        if self.key != r.retractions:
+            self.head, self.tail = dumps(self.render(_MARK)).split(str(_MARK))
+            self.key = r.retractions
+        return self.head + str(n) + self.tail
 
 
 def oai_finish_reason(r: SimRequest) -> Optional[str]:
