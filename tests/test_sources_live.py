@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from badserver import BadServer
 from simproc import free_port, start_sim
 from specmon.model import ArmInfoUpdated, ArmSpec, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, SamplesTick, SessionEnded
 from specmon.session.live import LiveSession
@@ -193,7 +194,8 @@ async def test_nvml_replay_attaches_gpu_to_arm(tmp_path):
         GpuReading(index=1, name="NVIDIA H200", uuid="GPU-1", mem_used_bytes=None, mem_total_bytes=141 * 2**30,
                    util_pct=None, power_w=None, temp_c=None, processes=None),
     ])
-    with start_sim("--enable-metrics", speed=SPEED) as sim:
+    # an SGLang-like server (the simulator's arms show the card it simulates instead of this host's)
+    with BadServer() as sim:
         live = LiveSession([ArmSpec("a", sim.url)], interval=0.25, out_dir=tmp_path, nvml=NvmlReplay([snap]),
                            gpu_indices={"a": [0]})
         _, events = await run_for(live, 0.8)
