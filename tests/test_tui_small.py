@@ -340,3 +340,28 @@ async def test_a_layouts_panes_choose_the_lines_columns(tmp_path):
             cells = screen[w.region.y].split()
             assert fmt.pct(s.kv_usage) in cells and fmt.secs(s.ttft_p50_s) in " ".join(cells)
             assert not any("/48" in c for c in cells)  # no run/cap column
+
+
+async def test_knees_that_do_not_fit_one_line_go_on_the_next_whole(tmp_path):
+    # one arm with a plateau within the noise, a power knee, an SLO verdict and a goodput knee:
+    # more than 80 columns of knees; at 80 they flow onto a second line, each whole
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from snapshot_apps import make_session
+
+    folder = make_session.write_knees(tmp_path / "k")
+    items = ["plateau C=10 (within the noise)", "power C=10", "SLO met to C=20 (TTFT≤2 s, TPOT≤30 ms)",
+             "goodput C=20?"]
+    for width, lines_expected in ((200, 1), (80, 2)):
+        app = SpecmonApp(ReplaySource(folder, speed=1e9), "t")
+        async with app.run_test(size=(width, 24)) as pilot:
+            await until_ended(pilot)
+            banner = app.query_one(KneeBanner)
+            lines = banner.render().plain.splitlines()
+            assert len(lines) == lines_expected == banner.size.height, lines
+            assert_lines_fit(banner)
+            for item in items:
+                assert any(item in line for line in lines), (item, lines)
+            if width == 80:
+                assert lines[1].startswith(" " * 6) and "KNEE" not in lines[1]  # under the first, indented
