@@ -183,12 +183,15 @@ class SpecmonApp(App[str]):
             return
         arms_box = self.query_one("#arms")
         shown = self.state.arm_names()
-        gone = [p for p in self._arm_panels() if p.arm_name not in shown]  # workers that left a fleet
+        # In fleet mode the table stands for the arms: a hidden panel per worker (64: ~600
+        # widgets, ~90 MiB) is not kept.
+        panelled = shown if len(shown) <= FLEET_TABLE_ABOVE else []
+        gone = [p for p in self._arm_panels() if p.arm_name not in panelled]  # workers that left a fleet
         for p in gone:
             await p.remove()
         have = {p.arm_name for p in self._arm_panels()}
         new = [ArmPanel(self.state, name, id=f"arm-{self.state.arm(name).index}")
-               for name in shown if name not in have]
+               for name in panelled if name not in have]
         if new:
             await arms_box.mount_all(new)
         self.set_class(len(shown) >= 3, "-many-arms")
@@ -209,7 +212,7 @@ class SpecmonApp(App[str]):
         self._show_chosen_panes()
         if arms:
             self._update_compact()
-            self.query_one(GpuStrip).refresh(layout=True)
+            self.query_one(GpuStrip).update_view()  # refreshed (laid out) only when it changed (its lines)
             self.query_one(FleetHeader).update_visibility()
             if self.fleet_mode:
                 self.query_one(FleetTable).redraw()

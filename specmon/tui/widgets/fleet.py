@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -68,8 +69,10 @@ class FleetHeader(StyledWidget):
 
     def update_visibility(self) -> None:
         with self.session.lock:
-            self.display = bool(self.session.fleets)
-        self.refresh(layout=True)
+            show = bool(self.session.fleets)
+        if self.display != show:
+            self.display = show  # (a layout pass of its own)
+        self.update_view()
 
 
 # (key, header) of the table's columns; the key also names the sort
@@ -142,6 +145,10 @@ class FleetTable(DataTable):
         self.can_focus = False  # until the app shows it (fleet mode)
         self.sort_column = "worker"
         self.sort_reverse = False
+        self._cells: dict[str, list[Text]] = {}  # the cells the table holds, by worker
+        self._order: list[str] = []
+        self._widths: list[int] = []
+        self._cell_lines: dict[tuple, tuple] = {}  # (row key, column key) -> (value, signature, lines)
 
     def on_mount(self) -> None:
         for key, header in COLUMNS:
@@ -154,17 +161,66 @@ class FleetTable(DataTable):
         return None if row_key is None else str(row_key.value)
 
     def redraw(self) -> None:
+        """The rows as the session has them now. Only the cells whose text changed are handed to
+        the table, the rows are re-ordered in place when the sort order changed, and the table is
+        rebuilt only when workers joined or left: clearing and refilling 64 rows every tick had
+        the table measure and render every visible cell again (and sent the view back to the top)."""
         with self.session.lock:
             names = self.session.arm_names()
             active = {w.arm: w.active_requests for f in self.session.fleets for w in f.workers}
             values = {n: row_values(self.session.arms[n], active.get(n)) for n in names}
         keep = self.selected_arm()
         order = sorted(names, key=lambda n: _sort_key(values[n][self.sort_column]), reverse=self.sort_reverse)
-        self.clear()
-        for name in order:
-            self.add_row(*row_cells(values[name]), key=name)
-        if keep in values:
-            self.move_cursor(row=order.index(keep))
+        cells = {n: row_cells(values[n]) for n in names}
+        # A column is as wide as its widest cell: when that changes the table is built again,
+        # as it was every tick before (DataTable's own width update measures the whole column
+        # again for every cell that narrowed: far slower than building it).
+        widths = [max([len(header), *(c[i].cell_len for c in cells.values())]) for i, (_, header) in enumerate(COLUMNS)]
+        if set(cells) != set(self._cells) or self.row_count != len(cells) or widths != self._widths:
+            self.clear()
+            for name in order:
+                self.add_row(*cells[name], key=name)
+            self._cells, self._order, self._widths = cells, order, widths
+            if keep in values:
+                self.move_cursor(row=order.index(keep))
+            return
+        for name, new in cells.items():
+            old = self._cells[name]
+            for i, ((key, _), was, now) in enumerate(zip(COLUMNS, old, new)):
+                if was != now:
+                    self.update_cell(name, key, now)
+                    old[i] = now  # the table holds this object now: unchanged cells keep theirs
+        if order != self._order:
+            rank = {n: i for i, n in enumerate(order)}
+            self.sort("worker", key=lambda cell: rank[cell.plain])
+            self._order = order
+            if keep in rank:
+                self.move_cursor(row=rank[keep])
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False):
+        """DataTable's own cache of rendered cells is keyed on a counter that every update_cell
+        bumps, so one changed cell had every visible cell rendered again (64 workers: ~430 a
+        tick, most of the TUI's CPU). Here a cell's rendering is kept while the table holds the
+        same value object for it (redraw replaces only the cells that changed) and everything
+        else DataTable keys on is the same."""
+        if row_index < 0 or column_index < 0:  # the header and row labels: DataTable's way
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        value = self._data[row_key][column_key]
+        sig = (row_index, column_index, base_style, width, cursor, hover, self._show_hover_cursor,
+               self._pseudo_class_state, self.show_cursor)
+        kept = self._cell_lines.get((row_key, column_key))
+        if kept is not None and kept[0] is value and kept[1] == sig:
+            return kept[2]
+        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        self._cell_lines[(row_key, column_key)] = (value, sig, lines)
+        return lines
+
+    def clear(self, columns: bool = False):
+        self._cell_lines.clear()
+        return super().clear(columns)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         key = str(event.column_key.value)
