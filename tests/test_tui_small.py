@@ -266,6 +266,14 @@ async def test_the_fleet_table_at_80x24():
                 assert f"{definition} C={c:g}" in screen
         assert "r levels" in screen.splitlines()[-1]
         assert app.query_one(LevelTable).tail and "↑" in screen
+        # the columns past the right edge are a few presses of → away, the worker column staying
+        assert "DP imbalance" not in screen
+        await pilot.press(*["right"] * 40)
+        await pilot.pause(0.2)
+        screen = screen_text(app)
+        assert "DP imbalance" in screen and "age" in screen
+        for arm in app.state.arm_names():
+            assert arm in screen
 
 
 async def test_live_arms_at_80x24_one_of_them_down(tmp_path):
