@@ -101,7 +101,7 @@ class LiveSession:
         self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
-        self._simgpu = SimulatedGpuPoller(keep_s=max(3 * interval, 2.0))  # simulated arms' cards
+        self._simgpu = SimulatedGpuPoller(keep_s=3 * interval, every_s=max(interval, 2.0))  # simulated arms' cards
         self._collectors: dict[str, ArmCollector] = {}
         self._inflight: dict[str, asyncio.Task] = {}
         self._info_seen: dict[str, int] = {}
@@ -427,7 +427,7 @@ class LiveSession:
         readings = asyncio.create_task(asyncio.to_thread(self._read_machine))
         # simulated arms' own cards (only arms whose /server_info said they are the simulator)
         simulated = self._simgpu.poll(self._collectors.values())
-        tasks = list(self._inflight.values()) + [readings, simulated]
+        tasks = list(self._inflight.values()) + [readings] + ([simulated] if simulated is not None else [])
         if self.fleets and (self._fleet_task is None or self._fleet_task.done()):
             # one poll round at a time: a round that runs past this tick finishes on a later one
             self._fleet_task = asyncio.create_task(self._poll_fleets(emit, deadline_s))
