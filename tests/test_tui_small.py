@@ -170,7 +170,7 @@ async def test_every_arms_six_figures_and_knees_at_80x24(name):
         newest = [r for r in app.state.level_rows() if r.level == last]
         assert all(re.search(rf"{re.escape(r.arm)}\s+{r.offered_concurrency}\s+{re.escape(fmt.rate(r.output_tok_s))}\s",
                              screen) for r in newest), screen
-        assert "r: every level" in screen and "r levels" in lines[-1]
+        assert "r: every level" in screen and "r levels" in lines[-1] and lines[-1].rstrip().endswith("? help")
         # what specmon lays out fits: nothing cut by the renderer, nothing cut with an ellipsis
         widgets = [app.query_one(KneeBanner), app.query_one(RampProgress), app.query_one(LevelTable)]
         if app.compact:
@@ -264,7 +264,9 @@ async def test_the_fleet_table_at_80x24():
         for arm, by_definition in recorded_knees(name).items():
             for definition, c in by_definition.items():
                 assert f"{definition} C={c:g}" in screen
-        assert "r levels" in screen.splitlines()[-1]
+        # the footer whole, the table's sort key in it
+        assert "r levels" in screen.splitlines()[-1] and "o sort" in screen.splitlines()[-1]
+        assert screen.splitlines()[-1].rstrip().endswith("? help")
         assert app.query_one(LevelTable).tail and "↑" in screen
         # the columns past the right edge are a few presses of → away, the worker column staying
         assert "DP imbalance" not in screen

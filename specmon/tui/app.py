@@ -55,8 +55,10 @@ class SpecmonApp(App[str]):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_display", "pause"),
-        Binding("m", "mark", "mark"),
-        Binding("s", "save_svg", "svg", show=False),  # in `?`: the footer's room goes to r at 80 columns
+        # m, s and / are in `?` help, not the footer: at 80 columns it holds the rest and, over
+        # the fleet table, the table's sort key, each whole
+        Binding("m", "mark", "mark", show=False),
+        Binding("s", "save_svg", "svg", show=False),
         Binding("tab", "focus_arm(1)", "next arm", show=False, priority=True),
         Binding("shift+tab", "focus_arm(-1)", "prev arm", show=False, priority=True),
         Binding("enter,d", "detail", "detail", key_display="d"),
@@ -64,7 +66,7 @@ class SpecmonApp(App[str]):
         Binding("n", "skip_level", "skip"),
         Binding("l", "toggle_logs", "logs"),
         Binding("r", "toggle_ramp_view", "levels"),
-        Binding("slash", "search", "search"),
+        Binding("slash", "search", "search", show=False),
         Binding("question_mark", "help", "help"),
     ]
 

@@ -28,6 +28,7 @@ KEYS = [
     ("/", "search the focused arm's log (empty search clears)"),
     ("space", "pause / resume the ramp (replay: pause playback)"),
     ("n", "skip to the next ramp level"),
+    ("o / O", "the fleet table (more than four arms): sort by the next column / reverse the order"),
     ("?", "this help"),
 ]
 

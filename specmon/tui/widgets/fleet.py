@@ -10,6 +10,7 @@ from typing import Optional
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from specmon.analysis.ranks import RankImbalance, rank_imbalance
@@ -136,7 +137,7 @@ def _sort_key(value: object) -> tuple:
 class FleetTable(DataTable):
     """One row per worker; `o` cycles the sort column, `O` reverses it."""
 
-    BINDINGS = [("o", "cycle_sort", "sort"), ("O", "reverse_sort", "reverse")]
+    BINDINGS = [("o", "cycle_sort", "sort"), Binding("O", "reverse_sort", "reverse", show=False)]  # footer room at 80 columns
     DEFAULT_CSS = "FleetTable { height: auto; max-height: 70%; display: none; }"
 
     def __init__(self, session: SessionState, **kw) -> None:
