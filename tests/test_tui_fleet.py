@@ -113,3 +113,33 @@ def test_a_rank_at_its_request_cap_is_called_out_in_the_table():
     assert cell == "⚠ 1.6x dp1 saturated (running 4 at its cap 4) while dp0 is not"
     arm.info = None  # the cap not known yet: only what the ranks' own figures say
     assert str(row_cells(row_values(arm, None))[11]) == "1.6x (2 ranks)"
+
+
+async def test_the_fleet_table_follows_new_ticks_in_place(tmp_path):
+    """Ticks after the first change the cells that changed and re-order the rows when the sort
+    says so, without rebuilding the table: the worker under the cursor stays under it, and a
+    cell that did not change is the same object the table held (its rendering is kept)."""
+    folder = write_fleet(tmp_path / "s", [8])
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_end(app, pilot)
+        await pilot.pause()
+        table = app.query_one(FleetTable)
+        table.sort_column, table.sort_reverse = "tok_s", True
+        table.redraw()
+        assert [str(table.get_row_at(i)[0]) for i in range(3)] == ["w7", "w6", "w5"]
+        table.move_cursor(row=2)  # w5
+        role_cell = table.get_row_at(2)[2]
+        # w1 becomes the busiest worker; nothing else changes
+        ts = T0 + 10
+        old = app.state.arm("w1").last
+        app.emit(SamplesTick(samples=[Sample(ts=ts, arm="w1", up=True, running_reqs=old.running_reqs, queued_reqs=0,
+                                             kv_usage=old.kv_usage, gen_tok_s=5000.0, worker=old.worker,
+                                             role="regular")], fleets=list(app.state.fleets), ts=ts))
+        await pilot.pause()
+        table.redraw()  # (the app already did on the tick; once more changes nothing)
+        assert table.row_count == 8
+        assert [str(table.get_row_at(i)[0]) for i in range(4)] == ["w1", "w7", "w6", "w5"]
+        assert str(table.get_row_at(0)[6]) == "5000"
+        assert table.selected_arm() == "w5"  # the cursor followed its worker to row 3
+        assert table.get_row_at(3)[2] is role_cell  # unchanged: the object the table already held

@@ -151,3 +151,32 @@ def test_replay_knees_per_level_are_those_of_the_levels_so_far(tmp_path):
     # one level: its own maximum, unconfirmed; three: C=10 fell twice after it
     assert [(p.concurrency, p.confirmed) for p in power] == [(10, False), (10, False), (10, True)]
     assert [e.knees["a"].slo.c_slo for e in finished] == [10, 20, 20]
+
+
+def test_state_stays_bounded_under_fleet_churn():
+    """A fleet whose workers come and go under new names: a worker that left keeps no history
+    (nothing draws it), the join/leave notes keep the newest FLEET_NOTES, and a pane's series
+    copies only the points it draws."""
+    from specmon.model import ArmSpec, FleetChanged
+    from specmon.tui.state import FLEET_NOTES, HISTORY_POINTS
+
+    st = SessionState()
+    t = 0.0
+    for gen in range(FLEET_NOTES + 50):
+        name = f"w{gen}"
+        st.apply(FleetChanged(ts=t, fleet="gw", added=[ArmSpec(name=name, url=f"http://127.0.0.1:{10000 + gen}")],
+                              removed=[f"w{gen - 1}"] if gen else [], note=f"{name} joined"))
+        for k in range(5):
+            t += 1.0
+            st.apply(SamplesTick(samples=[Sample(ts=t, arm=name, up=True, kv_usage=k / 10)], ts=t))
+    assert st.arm_names() == [f"w{FLEET_NOTES + 49}"]
+    held = sum(len(d) for a in st.arms.values() for d in a.history.values())
+    assert held == 8 * 5  # only the worker still in the fleet: 8 series of its 5 ticks
+    assert len(st.fleet_notes) == FLEET_NOTES and st.fleet_notes[-1].note == f"w{FLEET_NOTES + 49} joined"
+    live = f"w{FLEET_NOTES + 49}"
+    assert st.series(live, "kv_usage", last=2) == [0.3, 0.4]
+    assert st.series(live, "kv_usage", last=0) == []
+    assert st.series(live, "kv_usage", last=99) == [0.0, 0.1, 0.2, 0.3, 0.4]
+    for k in range(HISTORY_POINTS + 10):  # one arm's history stays at its bound
+        st.apply(SamplesTick(samples=[Sample(ts=t + k, arm=live, up=True, kv_usage=0.5)], ts=t + k))
+    assert len(st.series(live, "kv_usage")) == HISTORY_POINTS

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Deque, Optional
 
@@ -42,6 +43,7 @@ from specmon.session.folder import public_url
 
 HISTORY_POINTS = 600  # ten minutes at 1 Hz: more than any pane is wide
 LOG_LINES = 5000
+FLEET_NOTES = 200  # joins/leaves kept (a churning fleet sends one a tick; the CSVs keep them all)
 
 # The per-arm series a pane can chart; the key is the Sample attribute it comes from.
 SERIES = (
@@ -138,7 +140,7 @@ class SessionState:
         self.events = 0
         self.panes: Optional[list[str]] = None  # the layout's choice (specmon/panes.py); None: all
         self.fleets: list[FleetStatus] = []  # this tick's gateways / Prometheus fleets
-        self.fleet_notes: list[FleetChanged] = []
+        self.fleet_notes: Deque[FleetChanged] = deque(maxlen=FLEET_NOTES)  # the newest
         for name, url in arm_urls or []:
             self.arm(name).url = url
             self.arms[name].watched = True
@@ -159,9 +161,16 @@ class SessionState:
         with self.lock:
             return [name for name, a in self.arms.items() if a.watched and not a.left]
 
-    def series(self, arm: str, key: str) -> list[Optional[float]]:
+    def series(self, arm: str, key: str, last: Optional[int] = None) -> list[Optional[float]]:
+        """The arm's history of `key`, oldest first; only the newest `last` points when given
+        (a pane as wide as 40 points need not copy 600 of them every tick)."""
         with self.lock:
-            return list(self.arms[arm].history[key]) if arm in self.arms else []
+            if arm not in self.arms:
+                return []
+            d = self.arms[arm].history[key]
+            if last is None or last >= len(d):
+                return list(d)
+            return list(islice(d, len(d) - max(last, 0), None))
 
     def level_rows(self) -> list[LevelResult]:
         """Every finished (level, arm) result, in level order then arm order; in a ramp through a
@@ -205,7 +214,12 @@ class SessionState:
             self._add_arm(spec)
         for name in ev.removed:
             if name in self.arms:
-                self.arms[name].left = True
+                arm_state = self.arms[name]
+                arm_state.left = True
+                # Nothing draws a worker that left (its rows stay in the CSVs): a fleet whose
+                # workers come and go under new names would otherwise keep 8 x 600 points of each.
+                for series in arm_state.history.values():
+                    series.clear()
         self.fleet_notes.append(ev)
 
     def shows(self, pane: str) -> bool:

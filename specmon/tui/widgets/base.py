@@ -110,7 +110,7 @@ class ArmPane(StyledWidget):
 
     def spark(self, key: str, width: int, height: int, lo=None, hi=None,
               style: str = "spark") -> list[Text]:
-        rows = spark_rows(self.session.series(self.arm_name, key), width, height, lo, hi)
+        rows = spark_rows(self.session.series(self.arm_name, key, last=max(width, 0)), width, height, lo, hi)
         return [Text(r, style=self.st(style)) for r in rows]
 
     def get_content_height(self, container, viewport, width: int) -> int:
