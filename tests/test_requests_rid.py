@@ -17,6 +17,7 @@ import pytest
 from simproc import REPO, start_sim
 
 SETTLE_S = 1.0
+JOIN_S = 0.1  # seconds
 
 
 def _rows(path):
@@ -52,10 +53,12 @@ def test_every_request_row_carries_the_servers_rid_as_the_wire_log_has_it(sessio
     assert set(rids) == set(served)
     for r in reqs:
         w = served[r["rid"]]
-        # joined by id, the two clocks agree: the server saw the request after the client sent it
-        # and sent its last body before the client read it (same host, same wall clock)
+        # joined by id, the two clocks agree (same host, same wall clock): the server saw the
+        # request after the client sent it, and the client's end is close to the server's last
+        # body. Close, not after: the server stamps a body once its write returned to it, and a
+        # busy server resumes later than the client reads the bytes (seen: 2.5 ms).
         assert float(r["t_start"]) <= w["t_in"] < float(r["t_start"]) + 1.0
-        assert w["t_last_body"] <= float(r["t_end"]) < w["t_last_body"] + 1.0
+        assert abs(float(r["t_end"]) - w["t_last_body"]) < JOIN_S
 
 
 def test_request_stamps_are_written_to_the_microsecond(session):
