@@ -455,6 +455,26 @@ def print_table(rows: list[Row]) -> None:
           "the client's whole process tree")
 
 
+def print_targets(rows: list[Row]) -> None:
+    """specmon against the issue's targets, from the rows of this run."""
+    mine = {r.c: r for r in rows if r.tool == "specmon"}
+    if not mine:
+        return
+    top = max(mine)
+    r = mine[top]
+    worst = max(abs(x - 1) for x in (r.itl_mean, r.tok_s or 1.0))
+    print(f"targets at C={top}: ITL and tok/s within 0.5 % of the wire: worst {worst:.2%} "
+          f"({'met' if worst <= 0.005 else 'not met'}); TTFT mean {r.ttft_mean:.4f} of the wire "
+          "(the TTFT from its write is in its note)")
+    for peer in ("aiperf", "guidellm", "bench_serving"):
+        p = next((x for x in rows if x.tool == peer and x.c == top), None)
+        if p is not None:
+            print(f"  CPU vs {peer}: {p.cpu_1k / r.cpu_1k:.1f}x less over the run, "
+                  f"{p.load_cpu_1k / r.load_cpu_1k:.1f}x over the load (target 10x)")
+    if 150 in mine and mine[150].lag_p99_ms is not None:
+        print(f"  added latency per chunk at C=150: p99 {mine[150].lag_p99_ms:.2f} ms (target < 1 ms)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="32,150,500,1000")
@@ -515,6 +535,7 @@ def main() -> int:
             rows.append(row)
             print_table([row])
     print_table(rows)
+    print_targets(rows)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
