@@ -344,7 +344,7 @@ def build_app(st: SimState) -> Starlette:
                             f"({st.ph.max_total_tokens} tokens).")
         r = make_request(prompt, sp, None)
         r.stream = bool(body.get("stream"))
-        rid = ("chatcmpl-" if chat else "cmpl-") + r.rid[:32]
+        rid = r.rid  # SGLang answers with meta_info.id as the chunk id, unprefixed
         created = int(time.time())
         st.submit(r, body)
         if body.get("stream"):
