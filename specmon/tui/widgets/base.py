@@ -6,6 +6,7 @@ so NO_COLOR and themes work; meaning never rests on colour alone (bold, glyphs, 
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 from rich.style import Style
@@ -73,7 +74,27 @@ class StyledWidget(Widget):
         if isinstance(new, Text) and isinstance(old, Text) and new == old:
             return
         self._specmon_drawn = new
+        self._specmon_next = (self.size.width, new)  # what the render after this refresh hands over
         self.refresh(layout=not isinstance(new, Text) or not isinstance(old, Text) or _lines(new) != _lines(old))
+
+    def __init_subclass__(cls, **kw) -> None:
+        """A subclass's render() first hands over what update_view just built for this width (the
+        state has not moved in between: both run on the app's loop), so a widget that changed is
+        built once a tick, not twice (the GPU strip with 24 GPUs builds ~100 cells)."""
+        super().__init_subclass__(**kw)
+        own = cls.__dict__.get("render")
+        if own is None or getattr(own, "_specmon_kept", False):
+            return
+
+        @functools.wraps(own)
+        def render(self):
+            nxt = self.__dict__.pop("_specmon_next", None)
+            if nxt is not None and nxt[0] == self.size.width:
+                return nxt[1]
+            return own(self)
+
+        render._specmon_kept = True
+        cls.render = render
 
 
 def _lines(t: Text) -> int:
@@ -135,12 +156,14 @@ class ArmPane(StyledWidget):
         self._next = (width, new)
         self.refresh(layout=old is None or _lines(old[1]) != _lines(new))
 
-    def render(self) -> Text:
+    def render(self) -> Text:  # (keeps its own: see update_view)
         width = self.size.width
         nxt, self._next = self._next, None
         text = nxt[1] if nxt is not None and nxt[0] == width else self.build(width)
         self._drawn = (width, text)
         return text
+
+    render._specmon_kept = True  # type: ignore[attr-defined]
 
     def build(self, width: int) -> Text:
         """What the pane shows at this width, from the session state now."""
