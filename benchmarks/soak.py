@@ -23,21 +23,37 @@ at start (first sample), once the buffers are full (the scrape windows: 60 ticks
 first level's end), at the end, the peak, and the slope after full (least squares over ticks,
 KiB per 1,000 ticks and what it would add over 86,400).
 
-Measured here (2 shared cores, load 8-10 from other work during every run: noisy):
-  attach, 3 arms headless:    (figures below, filled in by the runs of this change)
-  attach, 3 arms TUI:         see below
-  ramp, 3 arms:               see below
-  demo --headless:            see below
-  launch layouts/demo.yaml:   see below
+Measured here, 2 shared cores with the load average at 7-30 from other work (and these runs
+beside each other): every rate below is the machine's, not specmon's.
+  attach, 3 arms headless, --interval 0.02, sims at x50: 86,656 ticks (a day at 1 Hz) in 4,202 s
+    (20.6 a second); RSS 55.5 MiB at the start (309 ticks), 57.2 from ~6,800 ticks, 58.6 at
+    ~19,000, 60.5 at 43,858, then 60.5-60.6 to the end (60.6 at 86,656): three steps of 1-2 MiB
+    and flat for the second half; slope over the run +63 KiB per 1,000 ticks (+5.3 MiB a day).
+    Traced in-process (tracemalloc, ticks 400 -> 1,400) what grew was the scrape windows'
+    snapshots (bounded by time, more of them as the machine's tick rate rose), not a store.
+  attach, 3 arms, the TUI in tmux 160x48, --interval 0.1: about 1 tick a second at load 20-29
+    (the TUI cannot draw faster there): 61.3 MiB at 20 ticks, 84.0 at 257 (its charts' 600-point
+    history still filling), stopped then; the TUI's cost over time is benchmarks/ui_cost.py's.
+  ramp, 3 arms, levels 2,4,8,16 of 600 simulated s (1024 in / 512 out; the sims kept x11-14 of
+    x20): 530 ticks, 4,449 requests, peak 74.3 MiB (at C=16).
+  ramp, 3 arms, 12 levels at C=8 of 200 simulated s: 4,611 requests; RSS at each level's end
+    59.2, 62.1, 62.8, 64.0, 64.0, 65.0, 65.1, 65.5, 65.2, 64.1, 65.0, 65.5 MiB: flat from the
+    fourth level. (Python's own heap, traced in-process over 6 such levels, stayed 5.1-5.4 MiB;
+    what RSS gains in the first levels is the C allocator's, not objects kept.)
+  demo --headless: peak 82.7 MiB over 217 s (73.8 at 100 s).
+  launch layouts/demo.yaml --headless: peak 86.4 MiB over 181 s.
+  prompts (load 7): made from the seed 329 us (1,024 ids) / 3.3 ms (8,800); taken as kept
+    1.6-2.6 us; the JSON body every request encodes 268 us / 2.1 ms.
 Before this change (commit 541864a^): attach, 1 arm, 16,986 ticks: 121.3 MiB once the sample
-ring (14,400 a arm) was full; the demo 151.6 MiB at its peak (int32 prompt cache, 64 MiB cap);
-491 MiB with prompts kept as lists of ints (issue 17).
+ring (14,400 a arm, ~2 KB a sample) was full, ~2 KB a tick a arm until then; the demo 151.6 MiB
+at its peak (int32 prompt cache, 64 MiB cap); 491 MiB with prompts kept as lists of ints (issue
+17).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import csv
 import shutil
 import subprocess
 import sys
@@ -56,6 +72,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from simproc import start_sim  # noqa: E402
 
 MIB = 1024 * 1024
+LEVEL_CELL = 17  # samples.csv's `level` column (model.SAMPLE_COLUMNS)
 FULL_TICKS = 60  # the scrape windows (30 scrapes) and anything sized by ticks at start are full by then
 # The measured process: specmon's own CLI, its scrape window sized in scrapes as at 1 Hz.
 BOOT = """
@@ -92,6 +109,7 @@ class RowCounter:
 
     def __init__(self, path: Path):
         self.path, self.offset, self.rows = path, 0, 0
+        self.level: Optional[str] = None  # the ramp level of the newest row ("" outside a ramp)
 
     def count(self) -> int:
         try:
@@ -103,11 +121,16 @@ class RowCounter:
         end = data.rfind(b"\n") + 1  # a row being written is counted next time
         self.rows += data[:end].count(b"\n")
         self.offset += end
+        last = data[:end].rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        if last and self.rows > 1:
+            cells = next(csv.reader([last.decode("utf-8", "replace")]))
+            if len(cells) > LEVEL_CELL and cells[1]:  # an arm's row, not a marker
+                self.level = cells[LEVEL_CELL]
         return self.rows
 
 
 def watch(pid: int, done, samples_csv: Path, arms: int, seconds: float, every: float,
-          ticks_goal: Optional[int] = None) -> list[tuple[float, int, float]]:
+          ticks_goal: Optional[int] = None, levels: Optional[dict] = None) -> list[tuple[float, int, float]]:
     """Sample pid's RSS every `every` s until done() or the time is up; ticks = samples.csv rows / arms."""
     ps = psutil.Process(pid)
     counter = RowCounter(samples_csv)
@@ -124,6 +147,8 @@ def watch(pid: int, done, samples_csv: Path, arms: int, seconds: float, every: f
             break
         ticks = max(0, counter.count() - 1) // max(1, arms)  # less the header
         rows.append((time.monotonic() - t0, ticks, rss))
+        if levels is not None and counter.level:
+            levels[counter.level] = rss  # the level's last reading so far
         print(f"{rows[-1][0]:7.1f} {ticks:7d} {rss:8.1f}", flush=True)
         if ticks_goal and ticks >= ticks_goal:
             break
@@ -172,16 +197,19 @@ def run_cli(args: list[str], window_s: float, out: Path, every: float, seconds: 
     err = out.parent / "specmon.stderr"
     if tui:
         return run_tui(cmd, out, every, seconds, arms, ticks_goal)
+    levels: dict[str, float] = {}
     with open(err, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, cwd=REPO)
         try:
             rows = watch(proc.pid, lambda: proc.poll() is not None, out / "samples.csv", arms, seconds, every,
-                         ticks_goal)
+                         ticks_goal, levels)
         finally:
             if proc.poll() is None:
                 proc.terminate()
             proc.wait(60)
     summary(rows, full_at, slope)
+    if levels:
+        print("RSS at each level's last reading: " + ", ".join(f"L{k} {v:.1f}" for k, v in levels.items()) + " MiB")
     if proc.returncode not in (0, -15):
         tail = err.read_text(errors="replace").strip().splitlines()[-5:]
         print(f"exit {proc.returncode}; its stderr ({err}) ends:", *tail, sep="\n  ")
@@ -240,8 +268,7 @@ def ramp(a: argparse.Namespace) -> int:
         print(f"specmon ramp, {a.arms} arms, levels {a.levels} of {a.level_s:g} simulated s "
               f"({len(levels) * a.level_s / 3600:.1f} simulated hours, ~{wall:.0f} s of wall at x{a.speed:g}), "
               f"{a.input_len} in / {a.output_len} out, --interval {a.interval}", flush=True)
-        full_at = int(a.level_s / a.speed / a.interval)  # about the first level's end
-        rc = run_cli(args, 30 * a.interval, root / "s", a.every, wall * 4 + 300, a.arms, full_at=full_at)
+        rc = run_cli(args, 30 * a.interval, root / "s", a.every, wall * 4 + 300, a.arms, slope=False)
     print(f"session folder: {root / 's'}")
     return rc
 
