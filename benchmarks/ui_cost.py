@@ -10,10 +10,12 @@ Cases (each on its own; the servers it needs are started for it and stopped afte
 - 1arm:       `specmon attach URL` on one `specmon sim --enable-metrics` (fp8-mtp).
 - 3arm:       `specmon attach URL URL URL` on three sims (fp8-mtp, nvfp4-mtp, fp8-nospec).
 - 3arm-hl:    the same with --headless (no TUI): the collectors' own share, for comparison.
-- 3arm-rp:    `specmon replay` of a 3-arm session recorded by this script (see 3arm-gpu).
-- 3arm-gpu:   `specmon replay` of the same recording with 8 GPUs per arm (24 on the host).
-              This machine has no GPU, and no simulated-GPU source exists yet, so the recording is
-              made here: a LiveSession (attach's own) scrapes the three sims for --record seconds
+- 3arm-8gpu:  the three sims with --tp-size 8: each publishes the 8 GPUs it simulates
+              (/specmon/simulated_gpu, asked by attach for simulated arms only), so the GPU strip
+              and panes show 24 GPUs through the live code path. (-hl: headless.)
+- 3arm-rp:    (not by default) `specmon replay` of a 3-arm session recorded by this script.
+- 3arm-gpu:   (not by default) `specmon replay` of the same recording with 8 GPUs per arm, from
+              before the simulator published GPUs: a LiveSession (attach's own) scrapes the three sims for --record seconds
               with NvmlReplay fed readings built from the real H200 fixture
               tests/data/gpu/h200-2gpu.json (its two GPUs repeated to 24, each GPU a different
               phase on each tick so the figures move), GPUs 8i..8i+7 named for arm i as a layout's
@@ -33,8 +35,29 @@ more, CPU (user+system of the process tree, psutil) over --seconds; RSS (tree) e
 the max and last; the tmux server's own CPU beside it (what the terminal spends parsing what the
 TUI writes). Press q at the end; the case fails if the process does not exit.
 
-Measured figures (2-core shared machine; CPU share is noisy, repeat when `uptime` is low):
-see the end of this docstring, updated with each change.
+Measured (2026-12-01, the shared 2-core machine at load 5-10 the whole time: every figure is
+noisy, and a starved TUI coalesces ticks and so does less work; repeat when `uptime` is low):
+
+  after the fixes (HEAD 0e09b9f), --seconds 30, load 5-6.5:
+  case          CPU %  tmux %  RSS    frame s  figures s
+  idle            0.1     0.0   33M     0.49        —
+  1arm            2.9     0.1   71M     2.97      3.87
+  3arm            6.8     0.3   77M     3.74      4.61
+  3arm-hl         2.0       —   54M        —      2.52
+  3arm-8gpu       7.7     0.3   77M     3.06      4.36
+  3arm-8gpu-hl    2.2       —   54M        —      3.03
+  fleet64        32.9     0.2  102M     1.77     14.30
+  fleet64-hl     27.1       —   79M        —      1.52
+
+  before and after, one after the other at load 6-10 (before = 7100292, this script copied in):
+  3arm     10.2% 77 MiB  ->  7.8% 77 MiB
+  fleet64  32.7% 167 MiB ->  22.5% 87 MiB
+  (the first runs, at load 9-11: 3arm 14.3%, fleet64 23.9% 176 MiB, with most workers timing out)
+
+The targets (3 arms < 2%, the fleet table < 5%, first paint < 1 s) are not met on this machine:
+the collectors alone (-hl rows) take 2% for 3 arms and 27% for 64 workers, and first paint
+waits on ~0.6 s of CPU for imports (textual.app 0.3 s, pydantic through specmon.plan), slowed
+several times by the load.
 """
 
 from __future__ import annotations
@@ -319,10 +342,11 @@ def without_gpus(src: Path, dst: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def sims(stack: ExitStack, profiles, speed: float) -> list[str]:
+def sims(stack: ExitStack, profiles, speed: float, *flags: str) -> list[str]:
     urls = []
     for prof in profiles:
-        s = stack.enter_context(start_sim("--enable-metrics", "--profile", prof, "--startup-s", "0.5", speed=speed))
+        s = stack.enter_context(start_sim("--enable-metrics", "--profile", prof, "--startup-s", "0.5", *flags,
+                                          speed=speed))
         urls.append(s.url)
     return urls
 
@@ -335,15 +359,17 @@ def run_case(case: str, args, tmp: Path) -> Result:
         if case == "idle":
             return measure_tui(case, "bare Textual app (one Static)", [sys.executable, "-c", IDLE_APP], args,
                                wait_figures=False, quit_key="C-q", tmp=tmp)
-        if case in ("1arm", "3arm", "3arm-hl"):
+        if case in ("1arm", "3arm", "3arm-hl", "3arm-8gpu", "3arm-8gpu-hl"):
             profiles = PROFILES_3[:1] if case == "1arm" else PROFILES_3
-            urls = sims(stack, profiles, args.speed)
+            gpus = "8gpu" in case
+            urls = sims(stack, profiles, args.speed, *(("--tp-size", "8") if gpus else ()))
             keep_busy(urls, stop, args.busy)
             time.sleep(2.0)
             cmd = [*SPECMON, "attach", *urls, "--interval", "1", "--out", str(out)]
+            what = f"attach, {len(urls)} sim(s)" + (" --tp-size 8 (sim GPUs)" if gpus else "")
             if case.endswith("-hl"):
-                return measure_headless(case, "attach --headless, 3 sims", [*cmd, "--headless"], args, tmp)
-            return measure_tui(case, f"attach, {len(urls)} sim(s)", cmd, args, first="127.0.0.1:", tmp=tmp)
+                return measure_headless(case, what + " --headless", [*cmd, "--headless"], args, tmp)
+            return measure_tui(case, what, cmd, args, first="127.0.0.1:", tmp=tmp)
         if case in ("3arm-rp", "3arm-gpu"):
             rec = tmp / "rec-3arm-gpu"
             if not (rec / "events.jsonl").exists():
@@ -397,7 +423,8 @@ def fmt_s(v: Optional[float]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default="idle,1arm,3arm,3arm-hl,3arm-rp,3arm-gpu,fleet64,fleet64-hl")
+    ap.add_argument("--cases", default="idle,1arm,3arm,3arm-hl,3arm-8gpu,3arm-8gpu-hl,fleet64,fleet64-hl",
+                    help="also: 3arm-rp, 3arm-gpu (replays of a recording with NVML fixture GPUs)")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured window per case")
     ap.add_argument("--warm", type=float, default=5.0, help="seconds after the first figures before measuring")
     ap.add_argument("--record", type=float, default=60.0, help="seconds of the 8-GPU recording (replayed)")
