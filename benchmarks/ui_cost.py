@@ -154,6 +154,9 @@ class Tmux:
 
     def kill(self) -> None:
         self.tmux("kill-server", check=False)
+        sock = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / self.sock
+        with suppress(OSError):
+            sock.unlink()  # the killed server leaves its socket file behind
 
 
 def tree(p: psutil.Process) -> list[psutil.Process]:
