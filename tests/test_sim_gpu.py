@@ -5,6 +5,7 @@ and replayed the same way; a server that does not say it is the simulator is nev
 from __future__ import annotations
 
 import asyncio
+import time
 import csv
 import re
 import sys
@@ -37,6 +38,16 @@ def gpu_of(url: str) -> dict:
     return doc["gpus"][0]
 
 
+def idle_gpu_of(url: str, timeout: float = 30.0) -> dict:
+    """The card once no pass has run for a whole utilization window (the last reading if never)."""
+    deadline = time.monotonic() + timeout
+    g = gpu_of(url)
+    while g["utilization_pct"] != 0.0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        g = gpu_of(url)
+    return g
+
+
 async def _stream(client: httpx.AsyncClient, url: str, stop: asyncio.Event) -> None:
     body = {"input_ids": list(range(1, 2049)), "sampling_params": {"max_new_tokens": 4096, "ignore_eos": True},
             "stream": True}
@@ -60,7 +71,9 @@ async def load(url: str, n: int, stop: asyncio.Event) -> None:
 async def test_the_simulator_publishes_its_card_fp8_has_the_smaller_pool_and_power_rises_with_load():
     with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=20, timeout=90) as fp8, \
          start_sim("--enable-metrics", "--profile", "nvfp4-mtp", speed=20, timeout=90) as fp4:
-        a, b = gpu_of(fp8.url), gpu_of(fp4.url)
+        # the server's warmup request (SGLang's, at start) leaves the utilization window after
+        # WINDOW_S simulated seconds: read the cards once it has
+        a, b = idle_gpu_of(fp8.url), idle_gpu_of(fp4.url)
         info = {u: httpx.get(u + "/server_info", timeout=10, trust_env=False).json() for u in (fp8.url, fp4.url)}
         for g, url in ((a, fp8.url), (b, fp4.url)):
             assert g["name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
