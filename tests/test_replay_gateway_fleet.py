@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pilots import wait_replay_end
 from specmon.model import FleetChanged, LevelFinished, SamplesTick, SessionStarted
 from specmon.session.replay import ReplaySource
 from specmon.tui.app import SpecmonApp
@@ -59,10 +60,7 @@ async def test_the_app_shows_the_gateways_panels_then_the_fleet_table():
     src.events = full[:second]
     app = SpecmonApp(src, title="replay")
     async with app.run_test(size=(160, 48)) as pilot:
-        for _ in range(400):
-            if app.query_one(StatusBar).stopped is not None:
-                break
-            await pilot.pause(0.02)
+        await wait_replay_end(pilot, timeout=8.0, every=0.02)
         panels = list(app.query(ArmPanel))
         assert len(panels) == 3 and not app.fleet_mode
         assert app.query_one(FleetHeader).display
@@ -71,9 +69,6 @@ async def test_the_app_shows_the_gateways_panels_then_the_fleet_table():
     src = ReplaySource(FOLDER, speed=1e9)
     app = SpecmonApp(src, title="replay")
     async with app.run_test(size=(160, 48)) as pilot:
-        for _ in range(400):
-            if app.query_one(StatusBar).stopped is not None:
-                break
-            await pilot.pause(0.02)
+        await wait_replay_end(pilot, timeout=8.0, every=0.02)
         assert app.fleet_mode and app.query_one(FleetTable).row_count == 7  # the gateway is no row of its own
         assert "7 arms" in str(app.query_one(StatusBar).render())

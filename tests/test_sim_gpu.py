@@ -18,6 +18,7 @@ from rich.text import Text
 sys.path.insert(0, str(Path(__file__).parent))
 from badserver import BadServer  # noqa: E402
 from gatewayproc import RecordingProxy  # noqa: E402
+import pilots  # noqa: E402
 from simproc import start_sim  # noqa: E402
 
 from specmon.model import ArmSpec, SamplesTick  # noqa: E402
@@ -120,11 +121,7 @@ def text(widget) -> str:
 
 
 async def wait_for(pilot, cond, timeout=30.0, what="condition"):
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    await pilots.wait_for(pilot, cond, timeout, what)
 
 
 async def test_simulated_arms_show_their_simulated_card_in_the_gpu_panes(tmp_path):

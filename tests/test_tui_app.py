@@ -24,6 +24,7 @@ from specmon.tui.widgets.ramp import LevelTable, RampProgress
 from specmon.tui.widgets.status_bar import StatusBar
 
 sys.path.insert(0, str(Path(__file__).parent))
+from pilots import wait_for  # noqa: E402
 from simproc import start_sim  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -34,14 +35,6 @@ def copy_session(name: str, tmp_path: Path) -> Path:
     shutil.copytree(DATA / name, dst)
     return dst
 
-
-async def wait_for(pilot, cond, timeout=20.0, what="condition"):
-    steps = int(timeout / 0.05)
-    for _ in range(steps):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def text(widget) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
+from pilots import wait_for
 from specmon.model import (
     ArmSpec, FleetChanged, FleetStatus, RankReading, Sample, SamplesTick, SessionEnded, SessionStarted, WorkerStatus,
 )
@@ -53,11 +54,7 @@ def write_fleet(out: Path, sizes: list[int]) -> Path:
 
 
 async def wait_end(app, pilot):
-    for _ in range(400):
-        if app.query_one(StatusBar).stopped is not None:
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("replay did not end")
+    await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, 20.0, "the replay to end")
 
 
 async def test_workers_join_and_leave_and_the_header_says_so(tmp_path):

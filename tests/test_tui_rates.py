@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pilots import wait_replay_end
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted,
     RampFinished, RampPlan, RampStarted, Sample, SamplesTick, SearchSummary, SessionEnded, SessionStarted, SloSummary,
@@ -17,7 +18,6 @@ from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.plot import LevelPlot
 from specmon.tui.widgets.ramp import LevelTable, RampProgress
-from specmon.tui.widgets.status_bar import StatusBar
 
 T0 = 1_700_000_000.0
 # rate, achieved, TTFT p50, judged, met, over-saturated
@@ -60,11 +60,7 @@ def write_search(out: Path) -> Path:
 async def test_rate_levels_and_the_search_in_the_tui(tmp_path):
     app = SpecmonApp(ReplaySource(write_search(tmp_path / "s"), speed=1e9), "t")
     async with app.run_test(size=(200, 44)) as pilot:
-        for _ in range(400):
-            if app.query_one(StatusBar).stopped is not None:
-                break
-            await pilot.pause(0.05)
-        await pilot.pause()
+        await wait_replay_end(pilot, timeout=20.0)
         table = str(app.query_one(LevelTable).render()).splitlines()
         assert table[0].split()[:2] == ["arm", "rate"]
         rows = [line for line in table if line.lstrip().startswith(("▲", "●", "■", "◆", "◇", "a"))][1:]

@@ -17,6 +17,7 @@ from typing import Optional
 import pytest
 from rich.console import Console
 
+from pilots import wait_replay_end
 from specmon.model import KneeCalled, LevelFinished
 from specmon.session.replay import ReplaySource
 from specmon.tui import fmt
@@ -25,7 +26,6 @@ from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.arm_row import ArmRow, ArmRowsHeader
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.ramp import LevelTable, RampProgress
-from specmon.tui.widgets.status_bar import StatusBar
 
 DATA = Path(__file__).parent / "data"
 SESSIONS = ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm"]
@@ -46,12 +46,7 @@ async def replayed(name: str, size: tuple[int, int]):
 
 
 async def until_ended(pilot) -> None:
-    app = pilot.app
-    for _ in range(600):
-        if app.query_one(StatusBar).stopped is not None:
-            break
-        await pilot.pause(0.02)
-    assert app.query_one(StatusBar).stopped is not None, "the replay did not finish"
+    await wait_replay_end(pilot, timeout=12.0, every=0.02)
     await pilot.pause(0.1)
     await pilot.pause()
 

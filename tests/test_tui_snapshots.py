@@ -11,17 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from pilots import wait_replay_end
+
 APP = Path(__file__).parent / "snapshot_apps" / "replay_app.py"
 
 
 async def _replayed(pilot) -> None:
-    app = pilot.app
-    for _ in range(400):
-        if app.query_one("StatusBar").stopped is not None:
-            break
-        await pilot.pause(0.02)
-    assert app.query_one("StatusBar").stopped is not None, "the replay did not finish"
-    await pilot.pause()
+    await wait_replay_end(pilot, timeout=8.0, every=0.02)
 
 
 @pytest.mark.parametrize("session", ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm"])
