@@ -18,6 +18,8 @@ from specmon.model import ArmSpec, HostReading
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 MEMBERS_S = 5.0  # how often a server's process tree is walked again for new children
+LOOKUP_S = 5.0  # an arm whose server process is not found is looked for again after this ...
+LOOKUP_MAX_S = 60.0  # ... doubling each time up to this
 
 
 def url_port(url: str) -> Optional[int]:
@@ -31,16 +33,13 @@ def is_local(url: str) -> bool:
     return (urlsplit(url).hostname or "") in LOCAL_HOSTS
 
 
-def find_listener(port: int) -> Optional[int]:
-    """Pid of the process listening on TCP `port` on this host, if we may see it."""
+def listening_pids() -> dict[int, int]:
+    """{TCP port: pid of the process listening on it} on this host, for the processes we may see."""
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.AccessDenied, OSError):
-        return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return c.pid
-    return None
+        return {}
+    return {c.laddr.port: c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.pid}
 
 
 class _ProcTree:
@@ -49,93 +48,129 @@ class _ProcTree:
     def __init__(self, pid: int):
         self.pid = pid
         self.root = psutil.Process(pid)
-        self._procs: dict[int, psutil.Process] = {}
         self._members: list[psutil.Process] = []
         self._members_at = -1e9
 
     def members(self) -> list[psutil.Process]:
         """The root and its descendants, looked up at most every MEMBERS_S: psutil finds children
         by reading every process's /proc/PID/stat (~3 ms with 120 processes, more on a busy GPU
-        host), and it was done for every arm on every tick. A server's tree settles once it has
-        started; a child that comes later is counted from the next lookup."""
+        host). A server's tree settles once it has started; a child that comes later is counted
+        from the next lookup. A member seen before keeps its Process object (its CPU baseline)."""
         now = time.monotonic()
         if now - self._members_at >= MEMBERS_S:
+            if not self.root.is_running():  # gone, or its pid taken by another process
+                raise psutil.NoSuchProcess(self.pid)
             try:
-                self._members = [self.root] + self.root.children(recursive=True)
+                found = self.root.children(recursive=True)
             except psutil.Error:
-                self._members = [self.root]
+                found = []
+            # a Process compares equal only to the same pid with the same start time, so a
+            # reused pid is a new member, with a new baseline
+            known = {p.pid: p for p in self._members}
+            self._members = [self.root] + [known[p.pid] if known.get(p.pid) == p else p for p in found]
             self._members_at = now
         return self._members
 
     def pids(self) -> set[int]:
-        return {self.pid} | {p.pid for p in self.members()}
+        return {self.pid} | {p.pid for p in self._members}
 
     def read(self) -> tuple[Optional[int], Optional[float]]:
-        if not self.root.is_running():
-            raise psutil.NoSuchProcess(self.pid)
+        """(RSS bytes, CPU % of one core) summed over the tree; raises psutil.NoSuchProcess when
+        the root has gone. Two small /proc reads per member: whether each is still the same
+        process is checked when the members are looked up again, not on every tick."""
         members = self.members()
         rss = 0
         cpu = 0.0
         seen = False
         for p in members:
-            proc = self._procs.setdefault(p.pid, p)
             try:
-                rss += proc.memory_info().rss
-                cpu += proc.cpu_percent(None)  # since the previous call; 0.0 the first time
+                rss += p.memory_info().rss
+                cpu += p.cpu_percent(None)  # since the previous call; 0.0 the first time
                 seen = True
             except psutil.Error:
+                if p is self.root:
+                    raise psutil.NoSuchProcess(self.pid)
                 continue
-        self._procs = {pid: p for pid, p in self._procs.items() if p.is_running()}
         return (rss, cpu) if seen else (None, None)
 
 
 class HostCollector:
+    """The host's CPU and memory, and each local arm's server process tree.
+
+    Finding the process behind a URL reads the whole TCP table (every process's open files):
+    some 30 ms on a busy host. It is read at most once per lookup round for all the arms not
+    found yet, and an arm that stays unfound is looked for less and less often (LOOKUP_S
+    doubling to LOOKUP_MAX_S). Arms served by one process (a fleet of workers in one program)
+    share one tree, read once a tick."""
+
     def __init__(self, arms: list[ArmSpec]):
         self.arms = arms
-        self._trees: dict[str, _ProcTree] = {}
+        self._trees: dict[int, _ProcTree] = {}  # root pid -> its tree
+        self._arm_pid: dict[str, int] = {}
         self._next_lookup: dict[str, float] = {}
+        self._lookup_wait: dict[str, float] = {}
+        self.table_reads = 0  # times the TCP table was read (what the lookups cost)
         psutil.cpu_percent(None)  # baseline, so the first tick has a meaningful value
 
     def server_pids(self, arm: str) -> set[int]:
-        t = self._trees.get(arm)
+        t = self._trees.get(self._arm_pid.get(arm, -1))
         return t.pids() if t else set()
 
-    def _tree(self, spec: ArmSpec) -> Optional[_ProcTree]:
-        t = self._trees.get(spec.name)
-        if t is not None and t.root.is_running():
-            return t
-        self._trees.pop(spec.name, None)
+    def _find(self) -> None:
+        """Trees for the arms that have none, looked up when each one's wait is over."""
         now = time.monotonic()
-        if now < self._next_lookup.get(spec.name, 0.0):
-            return None
-        self._next_lookup[spec.name] = now + 5.0  # net_connections is costly: look up at most every 5 s
-        pid = spec.pid
-        if pid is None and is_local(spec.url):
-            port = url_port(spec.url)
-            pid = find_listener(port) if port else None
-        if pid is None:
-            return None
-        try:
-            t = _ProcTree(pid)
-        except psutil.Error:
-            return None
-        self._trees[spec.name] = t
-        return t
+        wanted: dict[int, list[ArmSpec]] = {}  # port -> arms to find by their listener
+        for spec in self.arms:
+            pid = self._arm_pid.get(spec.name)
+            if pid is not None and pid in self._trees:
+                continue
+            if now < self._next_lookup.get(spec.name, 0.0):
+                continue
+            wait = self._lookup_wait.get(spec.name, LOOKUP_S)
+            self._next_lookup[spec.name] = now + wait
+            self._lookup_wait[spec.name] = min(LOOKUP_MAX_S, wait * 2)
+            if spec.pid is not None:
+                self._adopt(spec.name, spec.pid)
+            elif is_local(spec.url):
+                port = url_port(spec.url)
+                if port:
+                    wanted.setdefault(port, []).append(spec)
+        if not wanted:
+            return
+        self.table_reads += 1
+        listeners = listening_pids()
+        for port, specs in wanted.items():
+            pid = listeners.get(port)
+            if pid is not None:
+                for spec in specs:
+                    self._adopt(spec.name, pid)
+
+    def _adopt(self, arm: str, pid: int) -> None:
+        if pid not in self._trees:
+            try:
+                self._trees[pid] = _ProcTree(pid)
+            except psutil.Error:
+                return
+        self._arm_pid[arm] = pid
+        self._lookup_wait.pop(arm, None)  # found: a later loss is looked for again at once
 
     def read(self) -> tuple[HostReading, dict[str, tuple[Optional[int], Optional[float]]]]:
         """Host reading plus {arm: (server RSS bytes, server CPU % of one core)} for local arms."""
         vm = psutil.virtual_memory()
         host = HostReading(ts=time.time(), cpu_pct=psutil.cpu_percent(None),
                            mem_used_bytes=int(vm.total - vm.available), mem_total_bytes=int(vm.total))
-        per_arm: dict[str, tuple[Optional[int], Optional[float]]] = {}
-        for spec in self.arms:
-            t = self._tree(spec)
-            if t is None:
-                continue
+        self._find()
+        per_pid: dict[int, tuple[Optional[int], Optional[float]]] = {}
+        for pid, t in list(self._trees.items()):
             try:
-                per_arm[spec.name] = t.read()
+                per_pid[pid] = t.read()
             except psutil.Error:
-                self._trees.pop(spec.name, None)
+                del self._trees[pid]  # gone: its arms are looked up again on the next read
+                for arm in [a for a, p in self._arm_pid.items() if p == pid]:
+                    del self._arm_pid[arm]
+                    self._next_lookup.pop(arm, None)
+        per_arm = {spec.name: per_pid[self._arm_pid[spec.name]] for spec in self.arms
+                   if self._arm_pid.get(spec.name) in per_pid}
         if len(per_arm) == 1:
             host.server_rss_bytes, host.server_cpu_pct = next(iter(per_arm.values()))
         return host, per_arm
