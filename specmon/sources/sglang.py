@@ -22,12 +22,15 @@ import ipaddress
 import math
 import os
 import time
+import urllib.request
 from typing import Optional
+from urllib.parse import urlsplit
 
 import httpx
 
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
+from specmon.sources import http
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.serverinfo import (
@@ -119,6 +122,25 @@ def _int(v: Optional[float]) -> Optional[int]:
 def _nonneg(v: Optional[float]) -> Optional[float]:
     """A gauge that cannot be negative (usage, throughput, acceptance rate); else None."""
     return v if v is not None and math.isfinite(v) and v >= 0 else None
+
+
+def lean_target(url: str) -> Optional[tuple[str, int, str]]:
+    """(host, port, path prefix) when `url` can be scraped by the lean client (sources/http.py):
+    plain http, no user:password, no query, and no proxy in the environment that httpx would
+    send it through (a loopback server never is: see ArmCollector). Else None: httpx does it,
+    with everything it knows (TLS and SSL_CERT_FILE, proxies and NO_PROXY, credentials)."""
+    try:
+        u = urlsplit(url)
+        port = u.port or 80
+    except ValueError:
+        return None
+    if u.scheme != "http" or not u.hostname or u.username or u.password or u.query or u.fragment:
+        return None
+    if not _is_loopback_url(url):
+        proxies = urllib.request.getproxies()
+        if proxies.get("http") or proxies.get("all"):
+            return None
+    return u.hostname, port, u.path.rstrip("/")
 
 
 _SSL_CONTEXT: list = []
@@ -220,6 +242,13 @@ class ArmCollector:
         self.scrape_started: Optional[float] = None  # wall time the running scrape began, None between scrapes
         self._client: Optional[httpx.AsyncClient] = None
         self._client_problem: Optional[str] = None
+        self._lean: Optional[http.LeanClient] = None
+        self._prefix = ""
+        target = lean_target(self.base) if transport is None else None
+        if target is not None:
+            host, port, self._prefix = target
+            self._lean = http.LeanClient(host, port, timeout_s)
+            return
         try:
             # A proxy from the environment (HTTP_PROXY, ALL_PROXY...) is never used for a loopback
             # server: it cannot reach this host's 127.0.0.1 and would be handed the bearer key.
@@ -236,6 +265,8 @@ class ArmCollector:
                                     f"({type(e).__name__}: {str(e)[:120]})")
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         if self._client is not None:
             await self._client.aclose()
 
@@ -252,6 +283,8 @@ class ArmCollector:
     async def _get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
         """GET `path`: (status, body). The body is read only for a 200, streaming, and _TooLarge
         stops it past `max_bytes` (counted after any Content-Encoding is undone)."""
+        if self._lean is not None:
+            return await self._lean_get(path, max_bytes)
         url = self.base + path
         if self._client is None:
             raise _Failure("error", self._client_problem or "no HTTP client")
@@ -279,6 +312,25 @@ class ArmCollector:
             raise _Failure("down", f"{url}: {type(e).__name__} {e}".strip())
         except httpx.DecodingError as e:
             raise _Failure("error", f"{url}: undecodable body ({str(e)[:80]})")
+
+    async def _lean_get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
+        """_get through the lean client: the same states and reasons as through httpx."""
+        try:
+            return await self._lean.get(self._prefix + path, self._headers(), max_bytes)
+        except http.TooLarge:
+            raise _TooLarge(f"{path} body over {_mib(max_bytes)}")
+        except http.Refused:
+            raise _Failure("refused", f"connection refused at {self.shown}")
+        except http.Unresolved as e:
+            raise _Failure("down", f"cannot resolve the name {self._lean.host!r} ({e})")
+        except http.ConnectFailed as e:
+            raise _Failure("down", f"cannot connect to {self.shown}: {e}")
+        except http.ReadTimeout:
+            raise _Failure("timeout", f"no answer from {self.shown}{path} within {self.timeout_s:g} s")
+        except http.TransportError as e:
+            raise _Failure("down", f"{self.shown}{path}: {e}")
+        except http.Undecodable as e:
+            raise _Failure("error", f"{self.shown}{path}: undecodable body ({str(e)[:80]})")
 
     # ---------------------------------------------------------------------------------------
     async def refresh_info(self) -> Optional[str]:
