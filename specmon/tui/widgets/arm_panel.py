@@ -33,6 +33,7 @@ class ArmPanel(Vertical, can_focus=True):
         self.chart_height = chart_height
         self._panes: dict[str, Widget] = {}
         self.compact = False
+        self._titles: tuple = ()  # (border title, subtitle) last set
         self.add_class(f"arm-{session.arm(arm).index % 6}")
 
     def compose(self) -> ComposeResult:
@@ -72,9 +73,15 @@ class ArmPanel(Vertical, can_focus=True):
         arm = self.session.arm(self.arm_name)
         # A fleet's worker says which fleet (and role) it belongs to: the panels of one gateway read as a group.
         group = " · ".join(x for x in (arm.fleet, arm.role if arm.role not in (None, "regular") else None) if x)
-        self.border_title = f"{arm_glyph(arm.index)} {self.arm_name}" + (f" ({group})" if group else "")
+        title = f"{arm_glyph(arm.index)} {self.arm_name}" + (f" ({group})" if group else "")
         words, kind = arm_status(arm)
-        self.border_subtitle = fit_words(words, 40)  # cut between words, never inside one
+        subtitle = fit_words(words, 40)  # cut between words, never inside one
+        # Setting a border title repaints the whole bordered panel (every line of it), even to
+        # the same words: at 1 Hz that was the largest part of a tick's drawing. Set on change.
+        if (title, subtitle) != self._titles:
+            self._titles = (title, subtitle)
+            self.border_title = title
+            self.border_subtitle = subtitle
         self.set_class(kind == "bad", "-down")
 
     def redraw(self) -> None:

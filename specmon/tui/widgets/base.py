@@ -7,11 +7,17 @@ so NO_COLOR and themes work; meaning never rests on colour alone (bold, glyphs, 
 from __future__ import annotations
 
 import functools
+from operator import itemgetter
 from typing import Optional, Sequence
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
+from textual.strip import Strip
+from textual.style import Style as VisualStyle
+from textual.visual import visualize
+from textual.widget import Widget, _RenderCache
+
 
 from specmon.tui.chart import spark_rows
 from specmon.tui.state import ArmState, SessionState
@@ -55,6 +61,104 @@ class StyledWidget(Widget):
     def notify_style_update(self) -> None:
         self.__dict__.pop("_specmon_styles", None)
         super().notify_style_update()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        """Textual turns what render() returns into lines through its general content machinery
+        (wrapping, alignment, markup, selection) every time the widget refreshed: ~0.2 ms per
+        line, most of the TUI's CPU at 1 Hz. Our panes hand it rich Text whose lines already fit,
+        so after a refresh the lines are made here (see _strips) with the very styles Textual
+        would give them, and a line that reads as before keeps its Strip. Anything else (a line
+        too wide, alignment, a text selection, a renderable that is not Text) goes Textual's way."""
+        if self._dirty_regions:
+            self._draw()
+        return super().render_line(y)
+
+    def _draw(self) -> None:
+        size = self.size
+        visual = self.render()
+        strips = self._strips(visual, size.width) if isinstance(visual, Text) else None
+        if strips is None:
+            self.__dict__.pop("_specmon_lines", None)
+            self._layout_cache["_render.visual"] = visualize(self, visual, markup=self._render_markup)  # once
+            self._render_content()
+            return
+        if len(strips) > size.height:
+            strips = strips[:size.height]
+        self._render_cache = _RenderCache(size, strips)
+        self._dirty_regions.clear()
+
+    def _strips(self, text: Text, width: int) -> Optional[list[Strip]]:
+        if not width or self.text_selection is not None:
+            return None
+        rules = self.styles
+        if (rules.content_align != ("left", "top") or rules.get_rule("text_align", "left") not in ("left", "start")
+                or rules.get_rule("line_pad", 0)):
+            return None
+        lines = text.split("\n", allow_blank=True)
+        for line in lines:
+            if "\t" in line.plain or len(line.plain) > width or line.cell_len > width or any(
+                    isinstance(span.style, str) for span in line._spans) or (line.style and isinstance(line.style, str)):
+                return None
+        base = self.visual_style
+        kept = self.__dict__.get("_specmon_lines")
+        if kept is None or kept[0] != base:
+            kept = self._specmon_lines = (base, {})
+        memo = kept[1]
+        strips = []
+        for y, line in enumerate(lines):
+            key = (line.plain, line.style, tuple(line._spans))
+            was = memo.get(y)
+            if was is not None and was[0] == key:
+                strips.append(was[1])
+                continue
+            strip = Strip(self._segments(line, y, base), line.cell_len)
+            memo[y] = (key, strip)
+            strips.append(strip)
+        for y in [y for y in memo if y >= len(lines)]:
+            del memo[y]
+        return strips
+
+    def _segments(self, line: Text, y: int, base: VisualStyle) -> list[Segment]:
+        """One line as Textual's Content would render it on `base` (its widget's style): the
+        same pieces, each with the sum of the styles over it and its offset (text selection
+        reads it), so the screen and the SVG screenshots are the same as before."""
+        plain = line.plain
+        spans = list(line._spans)
+        if line.style:
+            spans.insert(0, (0, len(plain), line.style))
+        if not spans:
+            return [Segment(plain, (base + base).rich_style_with_offset(0, y))]
+        visual = self.__dict__.setdefault("_specmon_visual", {})  # rich style -> Textual's
+        theme = self.app.ansi_theme
+        styles = [base]
+        for span in spans:
+            style = visual.get(span[2])
+            if style is None:
+                style = visual[span[2]] = VisualStyle.from_rich_style(span[2], theme)
+            styles.append(style)
+        marks = [(0, False, 0), *((sp[0], False, i) for i, sp in enumerate(spans, 1)),
+                 *((sp[1], True, i) for i, sp in enumerate(spans, 1)), (len(plain), True, 0)]
+        marks.sort(key=itemgetter(0, 1))
+        stack: list[int] = []
+        summed: dict[tuple, VisualStyle] = {}
+        out = []
+        x = 0
+        for (offset, leaving, index), (next_offset, _, _) in zip(marks, marks[1:]):
+            if leaving:
+                stack.remove(index)
+            else:
+                stack.append(index)
+            if next_offset > offset:
+                key = tuple(sorted(stack))
+                style = summed.get(key)
+                if style is None:
+                    style = summed[key] = base + VisualStyle.combine([styles[i] for i in key])
+                piece = plain[offset:next_offset]
+                out.append(Segment(piece, style.rich_style_with_offset(x, y)))
+                x += len(piece)
+        return out
 
     def update_view(self) -> None:
         """Refresh when what render() draws changed, with a layout pass only when the number of
