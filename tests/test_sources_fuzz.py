@@ -32,7 +32,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specmon.model import ArmInfo, ArmSpec, Sample
-from specmon.sources.prom import MetricsParseError, MetricsSnapshot, _keep_lines, fast_series, slow_series
+from specmon.sources.prom import (
+    MetricsParseError, MetricsSnapshot, _keep_lines, fast_series, filtered_series, slow_series,
+)
 from specmon.sources.serverinfo import arm_info_from_server_info, json_body, parse_loads
 from specmon.sources.sglang import USED_METRICS, ArmCollector
 
@@ -378,3 +380,45 @@ def test_fuzz_the_fast_path_reads_what_the_parser_reads_or_hands_it_over(lines, 
         else:
             assert _plain(fast) == _plain(slow), text
             CASES["fast path: same reading"] += 1
+
+
+def _long_way(text: str):
+    """What MetricsSnapshot.parse read before filtered_series: _keep_lines, then the fast path or
+    the parser ("error" when either refuses the body)."""
+    try:
+        kept = _keep_lines(text, USED_METRICS)
+        fast = fast_series(kept)
+        return fast if fast is not None else slow_series(kept)
+    except MetricsParseError:
+        return "error"
+
+
+def test_the_filtered_path_reads_sglangs_own_body_as_the_long_way():
+    got = filtered_series(SAMPLE_TEXT, USED_METRICS)
+    assert got is not None and _plain(got) == _plain(_long_way(SAMPLE_TEXT))
+    underscore = re.sub(r"(?m)^sglang:", "sglang_", SAMPLE_TEXT)
+    assert _plain(filtered_series(underscore, USED_METRICS)) == _plain(_long_way(underscore)) == _plain(got)
+
+
+@fuzz(300)
+@given(st.lists(metric_line | other_line, max_size=8), mutated_sample())
+def test_fuzz_the_filtered_path_reads_what_the_long_way_reads_or_hands_it_over(lines, body):
+    drawn_lines = "\n".join(lines)
+    for drawn in (drawn_lines, GOOD + drawn_lines, drawn_lines + "\n" + GOOD, body.decode("utf-8", errors="replace")):
+        got = filtered_series(drawn, USED_METRICS)
+        long = _long_way(drawn)
+        if got is not None:
+            assert long != "error" and _plain(got) == _plain(long), drawn
+            CASES["filtered path: same reading"] += 1
+            continue
+        # handed over: only for what the fast path would hand over too, or for odd line breaks
+        kept_plain = long != "error" and fast_series(_keep_lines(drawn, USED_METRICS)) is not None
+        assert not kept_plain or any(c in drawn for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), drawn
+        CASES["filtered path: handed over"] += 1
+        # and then MetricsSnapshot.parse gives the long way's answer
+        try:
+            snap = MetricsSnapshot.parse(drawn, ts=0.0, only=USED_METRICS)
+        except MetricsParseError:
+            assert long == "error"
+        else:
+            assert _plain(snap._series) == _plain(long)

@@ -73,6 +73,10 @@ class MetricsSnapshot:
         a busy server's 46 KiB body several times cheaper to read.
 
         Raises MetricsParseError, and nothing else, for a body that cannot be read."""
+        if only is not None:
+            series = filtered_series(text, only)
+            if series is not None:
+                return cls(series, ts)
         text = _keep_lines(text, only)
         # The kept sample lines (no HELP/TYPE left: families play no part) in the plain form SGLang
         # writes are read by one regular expression, about 5x faster; anything else goes to the
@@ -206,6 +210,77 @@ def fast_series(text: str) -> Optional[Series]:
 _LABEL_SETS: dict[str, dict[str, str]] = {}
 _LABEL_SETS_MAX = 200_000
 _NO_LABELS: dict[str, str] = {}
+
+
+# Characters str.splitlines() breaks a line at besides "\n": a body holding any of them is read
+# the long way (_keep_lines), which splits exactly as the parser is handed lines.
+_ODD_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+_KEEP_PATTERNS: dict[frozenset, re.Pattern] = {}
+_NUMBER_RE = re.compile(_NUMBER)
+_HEAD = re.compile(rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*)?)\}})?")
+# head of a plain sample line (`name{labels}`) -> (bare name, labels), or None when it is not plain
+_HEADS: dict[str, Optional[tuple[str, dict[str, str]]]] = {}
+_HEADS_MAX = 100_000
+
+
+def _keep_pattern(only: frozenset[str]) -> re.Pattern:
+    """The sample lines of `only`, as _keep_lines picks them, found by one regular expression over
+    the whole body ("\n" before each line; the name is up to the first "{" or space; a prefixed
+    name is only ever its bare name, as bare_name strips one prefix)."""
+    p = _KEEP_PATTERNS.get(only)
+    if p is None:
+        alt = "|".join(re.escape(n) for n in sorted(only, key=len, reverse=True))
+        p = re.compile(rf"\n((?:sglang[:_](?:{alt})|(?!sglang[:_])(?:{alt}))(?:_bucket|_sum|_count)?(?=[{{ \n])[^\n]*)")
+        if len(_KEEP_PATTERNS) < 64:
+            _KEEP_PATTERNS[only] = p
+    return p
+
+
+def _plain_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
+    m = _HEAD.fullmatch(head)
+    if m is None:
+        return None
+    name, body = m.groups()
+    if not body:
+        return bare_name(name), _NO_LABELS
+    pairs = _LABEL.findall(body)
+    labels = dict(pairs)
+    if len(labels) != len(pairs):
+        return None  # a label named twice: the parser's call
+    return bare_name(name), labels
+
+
+def filtered_series(text: str, only: frozenset[str]) -> Optional[Series]:
+    """What _keep_lines then fast_series read from `text`, in about a fifth of the time: the kept
+    lines are found by one regular expression, and each line's `name{labels}` is read once per
+    process (a server writes the same ones scrape after scrape), its value on every scrape. None
+    when the long way must answer: odd line breaks, a kept line not in the plain form, more
+    than the parser is given (its error is then _keep_lines')."""
+    if not only or any(c in text for c in _ODD_BREAKS):
+        return None
+    lines = _keep_pattern(only).findall("\n" + text + "\n")
+    if len(lines) > MAX_PARSED_LINES or sum(map(len, lines)) + len(lines) > MAX_PARSED_CHARS:
+        return None
+    heads = _HEADS
+    number = _NUMBER_RE.fullmatch
+    series: Series = {}
+    for line in lines:
+        head, sep, value = line.rpartition(" ")
+        try:
+            read = heads[head]
+        except KeyError:
+            read = _plain_head(head)
+            if len(heads) >= _HEADS_MAX:
+                heads.clear()
+            heads[head] = read
+        if read is None or not sep or len(value) > 300 or number(value) is None:
+            return None
+        name, labels = read
+        rows = series.get(name)
+        if rows is None:
+            rows = series[name] = []
+        rows.append((labels, float(value)))
+    return series
 
 
 def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
