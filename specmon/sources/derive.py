@@ -97,15 +97,20 @@ class ScrapeWindow:
         self.window_s = window_s
         self.rate_window_s = rate_window_s
         self._snaps: deque[MetricsSnapshot] = deque()
+        # histogram_delta answers until the next add(): a scrape asks each histogram for its
+        # p50, p90, p99 and mean, one delta each otherwise
+        self._deltas: dict[str, Optional[Histogram]] = {}
 
     def __len__(self) -> int:
         return len(self._snaps)
 
     def clear(self) -> None:
         self._snaps.clear()
+        self._deltas.clear()
 
     def add(self, snap: MetricsSnapshot) -> bool:
         """Append a scrape; returns True when a counter reset (server restart) was seen."""
+        self._deltas.clear()
         restarted = bool(self._snaps) and counters_went_down(snap, self._snaps[-1])
         if restarted:
             self._snaps.clear()
@@ -162,6 +167,13 @@ class ScrapeWindow:
         return self._snaps[-1] if self._snaps else None
 
     def histogram_delta(self, name: str) -> Optional[Histogram]:
+        try:
+            return self._deltas[name]
+        except KeyError:
+            h = self._deltas[name] = self._histogram_delta(name)
+            return h
+
+    def _histogram_delta(self, name: str) -> Optional[Histogram]:
         base = self._base(self.window_s)
         if base is None:
             return None

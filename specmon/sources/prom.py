@@ -65,6 +65,7 @@ class MetricsSnapshot:
         # histogram() answers, by (name, match): a snapshot never changes, and a scrape's window
         # asks the same two snapshots for the same histograms once per percentile and mean
         self._histograms: dict[tuple, Optional[Histogram]] = {}
+        self._values: dict[tuple, Optional[float]] = {}  # value() answers, the same way
 
     @classmethod
     def parse(cls, text: str, ts: float, only: Optional[frozenset[str]] = None) -> "MetricsSnapshot":
@@ -95,7 +96,18 @@ class MetricsSnapshot:
 
     def value(self, name: str, **match: str) -> Optional[float]:
         """The value of `name` for rank 0 among series whose labels include `match`; None if absent."""
-        picked = _pick_rank0([(lab, v) for lab, v in self._series.get(name, ()) if _matches(lab, match)])
+        key = (name, *match.items()) if match else name
+        try:
+            return self._values[key]
+        except KeyError:
+            v = self._values[key] = self._value(name, match)
+            return v
+
+    def _value(self, name: str, match: dict[str, str]) -> Optional[float]:
+        rows = self._series.get(name, ())
+        if match:
+            rows = [(lab, v) for lab, v in rows if _matches(lab, match)]
+        picked = _pick_rank0(rows) if len(rows) > 1 else rows
         if not picked:
             return None
         # Several series left after rank selection differ by a label we do not split on
@@ -129,14 +141,21 @@ class MetricsSnapshot:
         return self._histograms[key]
 
     def _histogram(self, name: str, match: dict[str, str]) -> Optional[Histogram]:
-        rows = [(lab, v) for lab, v in self._series.get(name + "_bucket", ()) if _matches(lab, match)]
+        rows = self._series.get(name + "_bucket", ())
+        if match:
+            rows = [(lab, v) for lab, v in rows if _matches(lab, match)]
         rows = _pick_rank0(rows)
         rows = [(lab, v) for lab, v in rows if not lab.get("priority")] or rows
         if not rows:
             return None
         # Keep the label set (minus `le`) of the first row: other label sets would be other series.
-        key = _key_without(rows[0][0], "le")
-        buckets = sorted((_le(lab["le"]), v) for lab, v in rows if "le" in lab and _key_without(lab, "le") == key)
+        key = _bucket_key(rows[0][0])[0]
+        buckets = []
+        for lab, v in rows:
+            k, bound = _bucket_key(lab)
+            if bound is not None and k == key:
+                buckets.append((bound, v))
+        buckets.sort()
         if not _valid_buckets(buckets):
             return None  # not a histogram we can read: unknown, never a made-up percentile
         count = self._same_series(name + "_count", key)
@@ -148,7 +167,7 @@ class MetricsSnapshot:
 
     def _same_series(self, name: str, key: tuple) -> Optional[float]:
         for lab, v in self._series.get(name, ()):
-            if _key_without(lab, "le") == key:
+            if _bucket_key(lab)[0] == key:
                 return v if math.isfinite(v) else None
         return None
 
@@ -317,12 +336,36 @@ def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
 
 
 def _pick_rank0(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    if len(rows) < 2:
+        return rows
     for label in _RANK_LABELS:
-        if any(label in lab for lab, _ in rows):
-            zero = [(lab, v) for lab, v in rows if lab.get(label) in ("0", None)]
-            if zero:
-                rows = zero
+        for lab, _ in rows:
+            if label in lab:
+                zero = [(lab, v) for lab, v in rows if lab.get(label) in ("0", None)]
+                if zero:
+                    rows = zero
+                break
     return rows
+
+
+# label set (its items, in order) -> (the set without `le`, sorted; le's bound or None without le):
+# a histogram's rows are read once per scrape and per window base, their label sets every time
+_BUCKET_KEYS: dict[tuple, tuple[tuple, Optional[float]]] = {}
+_BUCKET_KEYS_MAX = 50_000
+
+
+def _bucket_key(labels: dict[str, str]) -> tuple[tuple, Optional[float]]:
+    items = tuple(labels.items())
+    try:
+        return _BUCKET_KEYS[items]
+    except KeyError:
+        pass
+    le = labels.get("le")
+    got = (_key_without(labels, "le"), _le(le) if le is not None else None)
+    if len(_BUCKET_KEYS) >= _BUCKET_KEYS_MAX:
+        _BUCKET_KEYS.clear()
+    _BUCKET_KEYS[items] = got
+    return got
 
 
 def _key_without(labels: dict[str, str], drop: str) -> tuple:
