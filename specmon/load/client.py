@@ -31,8 +31,10 @@ import os
 import re
 import ssl
 import time
+from array import array
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
 from urllib.parse import urlsplit
 
 import h11
@@ -49,6 +51,9 @@ _ID_KEY = b'"id":'
 
 
 _DIGITS = re.compile(rb" *([0-9]+)")
+_match_digits = _DIGITS.match
+_perf = time.perf_counter
+_SPACE = b" \t\n\r\x0b\x0c"  # what bytes.lstrip() strips
 
 
 def _int_after(buf: bytes, key: bytes) -> Optional[int]:
@@ -89,6 +94,49 @@ def trusted_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+class TokenStamps(SequenceABC):
+    """A request's token events, (perf stamp, tokens added) pairs, kept as two arrays.
+
+    The stream appends to the arrays themselves (_Exchange holds their bound append methods):
+    a chunk then allocates no tuple and leaves nothing for the garbage collector to track, and a
+    pair costs 12 bytes where a list of tuples held about 90 (a level at C=1,000 keeps every
+    request it sent, each with a stamp per chunk, until its statistics are computed). Read as
+    a sequence of (stamp, tokens) tuples."""
+
+    __slots__ = ("_t", "_n")
+
+    def __init__(self, events: Sequence[tuple[float, int]] = ()):
+        self._t = array("d", [t for t, _ in events])
+        self._n = array("i", [n for _, n in events])
+
+    def append(self, event: tuple[float, int]) -> None:
+        t, n = event
+        self._t.append(t)
+        self._n.append(n)
+
+    def clear(self) -> None:
+        del self._t[:]
+        del self._n[:]
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(zip(self._t[i], self._n[i]))
+        return self._t[i], self._n[i]
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        return zip(self._t, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenStamps):
+            return self._t == other._t and self._n == other._n
+        return isinstance(other, (list, tuple)) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass
 class RequestOutcome:
     """Raw timing of one request (perf_counter stamps) plus what the server said at the end."""
@@ -102,7 +150,7 @@ class RequestOutcome:
     t_first_byte: Optional[float] = None
     t_end: Optional[float] = None
     # (perf stamp, tokens added) for every event that added tokens, in order
-    token_events: list[tuple[float, int]] = field(default_factory=list)
+    token_events: Sequence[tuple[float, int]] = field(default_factory=TokenStamps)
     completion_tokens: Optional[int] = None
     prompt_tokens: Optional[int] = None
     final_meta: Optional[dict[str, Any]] = None
@@ -254,7 +302,7 @@ class _Stream(asyncio.Protocol):
         if ex is None:  # bytes nobody asked for: the connection is in an unknown state
             self.close()
             return
-        ex.feed(time.perf_counter(), data)
+        ex.feed(_perf(), data)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.lost = True
@@ -279,7 +327,12 @@ class _Exchange:
         self.status: Optional[int] = None
         self.buf = b""
         self.last_tokens = 0
-        self.last_event = b""
+        # the last event's data as (buffer, start, end): sliced once, when the response ends
+        self._last: tuple[bytes, int, int] = (b"", 0, 0)
+        ev = outcome.token_events
+        if not isinstance(ev, TokenStamps):
+            ev = outcome.token_events = TokenStamps(ev)
+        self._add_t, self._add_n = ev._t.append, ev._n.append
         self.error_body = b""
         self.saw_done = False
         self.t_activity = time.perf_counter()
@@ -293,9 +346,39 @@ class _Exchange:
         self.trailer = False
         self.keep_alive = False
 
+    @property
+    def last_event(self) -> bytes:
+        buf, lo, hi = self._last
+        return buf[lo:hi]
+
     def feed(self, now: float, data: bytes) -> None:
         self.t_activity = now
         if self.chunked is not None:
+            if not (self.chunked or self.skip or self.left or self.trailer):
+                # The usual read: whole chunks ("<hex>\r\n<data>\r\n"), one per decode step,
+                # each handed to _body as a span of this very buffer (no copy). Anything else
+                # (a split chunk, a size line with an extension, the last chunk) goes on to the
+                # general loop in _chunked from where this stopped.
+                pos, n = 0, len(data)
+                while pos < n:
+                    eol = data.find(b"\r\n", pos, pos + 18)
+                    if eol < 0:
+                        break
+                    try:
+                        size = int(data[pos:eol], 16)
+                    except ValueError:
+                        break
+                    end = eol + 2 + size
+                    if size == 0 or not data.startswith(b"\r\n", end):
+                        break
+                    self._body(now, data, eol + 2, end)
+                    pos = end + 2
+                    if self.chunked is None:  # _body failed the exchange
+                        return
+                if pos == n:
+                    return
+                if pos:
+                    data = data[pos:]
             self._chunked(now, data)
             return
         conn = self.conn
@@ -340,33 +423,6 @@ class _Exchange:
         """HTTP/1.1 chunked framing of a 200's body: the data of every chunk goes to _body, stamped
         with the arrival of the bytes that completed it; the last chunk (size 0) and the trailer
         section end the response."""
-        if not (self.chunked or self.skip or self.left or self.trailer):
-            # The usual read: whole chunks ("<hex>\r\n<data>\r\n"), one per decode step,
-            # taken with one find and one slice each. Anything else (a split chunk, a size line
-            # with an extension, the last chunk) goes on to the general loop below from there.
-            pos, n = 0, len(data)
-            fast: list[bytes] = []
-            while pos < n:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0 or eol - pos > 16:
-                    break
-                try:
-                    size = int(data[pos:eol], 16)
-                except ValueError:
-                    break
-                end = eol + 2 + size
-                if size == 0 or data[end:end + 2] != b"\r\n":
-                    break
-                fast.append(data[eol + 2:end])
-                pos = end + 2
-            if fast:
-                self._body(now, fast[0] if len(fast) == 1 else b"".join(fast))
-                if pos == n:
-                    self.chunked = b""
-                    return
-                data = data[pos:]
-                if self.chunked is None:  # _body failed the exchange
-                    return
         buf = self.chunked + data if self.chunked else data
         pos, n = 0, len(buf)
         parts: list[bytes] = []
@@ -397,7 +453,8 @@ class _Exchange:
                 if line:
                     continue
                 if parts:
-                    self._body(now, b"".join(parts))
+                    joined = b"".join(parts)
+                    self._body(now, joined, 0, len(joined))
                 self._end(now, leftover=pos < n)
                 return
             try:
@@ -410,7 +467,8 @@ class _Exchange:
                 self.left = size
         self.chunked = buf[pos:]
         if parts:
-            self._body(now, b"".join(parts))
+            joined = b"".join(parts)
+            self._body(now, joined, 0, len(joined))
 
     def _end(self, now: float, leftover: bool) -> None:
         """The chunked body ended: the connection goes back to the pool with a fresh h11 state
@@ -429,36 +487,48 @@ class _Exchange:
         self.conn.close()
         self._fail("error", f"RemoteProtocolError: {why}")
 
-    def _body(self, now: float, raw: bytes) -> None:
+    def _body(self, now: float, raw: bytes, lo: int, hi: int) -> None:
+        """The SSE events in raw[lo:hi] (after what an earlier read left unfinished), read in
+        place: offsets into the buffer, no slice of an event's data but the rid's, once."""
         o = self.o
-        buf = self.buf + raw
+        if self.buf:
+            raw = self.buf + raw[lo:hi]
+            lo, hi = 0, len(raw)
+        pos = lo
         while True:
-            cut = buf.find(b"\n\n")
+            cut = raw.find(b"\n\n", pos, hi)
             if cut < 0:
                 break
-            event, buf = buf[:cut], buf[cut + 2:]
-            if not event.startswith(b"data:"):
+            start, pos = pos, cut + 2
+            if not raw.startswith(b"data:", start, cut):
                 continue
-            data = event[5:].lstrip()
-            if data.startswith(b"[DONE]"):
+            d = start + 5
+            while d < cut and raw[d] in _SPACE:
+                d += 1
+            if raw.startswith(b"[DONE]", d, cut):
                 self.saw_done = True
                 o.t_end = now
                 continue  # read on to the end of the body so the connection can be reused
             o.events += 1
-            if data.startswith(b'{"error"'):
+            if raw.startswith(b'{"error"', d, cut):
                 o.status = "error"
-                o.error = _error_message(data)
+                o.error = _error_message(raw[d:cut])
                 continue
             if o.rid is None:
                 # One byte search per request: a /generate chunk's only "id" key is meta_info's
                 # (a quote inside the text is escaped, so the text cannot fake it).
-                o.rid = _str_after(data, _ID_KEY)
-            ct = _int_after(data, _CT_KEY)
-            if ct is not None and ct > self.last_tokens:
-                o.token_events.append((now, ct - self.last_tokens))
-                self.last_tokens = ct
-            self.last_event = data
-        self.buf = buf
+                o.rid = _str_after(raw[d:cut], _ID_KEY)
+            i = raw.rfind(_CT_KEY, d, cut)
+            if i >= 0:
+                m = _match_digits(raw, i + 20, cut)  # 20: len(_CT_KEY)
+                if m is not None:
+                    ct = int(m.group(1))
+                    if ct > self.last_tokens:
+                        self._add_t(now)
+                        self._add_n(ct - self.last_tokens)
+                        self.last_tokens = ct
+            self._last = (raw, d, cut)
+        self.buf = raw[pos:hi] if pos < hi else b""
 
     def cut(self, exc: Optional[Exception]) -> None:
         """The connection closed before the response was complete."""
@@ -577,6 +647,18 @@ class GenerateClient:
             outcome.rid = None
             outcome = await self._attempt(None, payload, outcome)
         return outcome
+
+    async def prepare(self, n: int) -> int:
+        """Open connections until n are idle and ready (kept alive, for the requests to come);
+        the number ready. A connect that fails is not an error here: the request that would
+        have used it connects itself and records what happens."""
+        while self._free and not self._free[-1].reusable():
+            self._drop(self._free.pop())
+        want = min(n, self.max_concurrency) - len(self._free)
+        if want > 0:
+            got = await asyncio.gather(*(self._connect() for _ in range(want)), return_exceptions=True)
+            self._free.extend(c for c in got if isinstance(c, _Stream))
+        return len(self._free)
 
     def _drop(self, conn: _Stream) -> None:
         conn.close()

@@ -63,9 +63,7 @@ import collections
 import random
 import threading
 import time
-from array import array
-from collections.abc import Sequence as SequenceABC
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from specmon.analysis.knee import (
     knee_level, knees_summary, label_knee, plateau_knee, queue_share, queueing_knee, queueing_ttft,
@@ -73,7 +71,7 @@ from specmon.analysis.knee import (
 from specmon.analysis.levels import BacklogTrend, Window, backlog_trend, level_result
 from specmon.analysis.search import level_meets, search_step
 from specmon.errors import UsageError
-from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.client import GenerateClient, RequestOutcome, TokenStamps
 from specmon.load.loop import LoadLoop
 from specmon.load.workload import Workload, arrival_times
 from specmon.model import (
@@ -166,36 +164,17 @@ def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
     return (last_fin - first_rx) / (last_end - first_sent)
 
 
-class CompactStamps(SequenceABC):
-    """A finished request's token events, (perf stamp, tokens added) pairs, as two arrays: 12
-    bytes a pair where the list of tuples the stream filled holds about 90. The level keeps
-    every request it sent until its statistics are computed (a level at C=1,000 sends thousands,
-    each with a stamp per chunk); this is the form they wait in once the row is written."""
-
-    __slots__ = ("_t", "_n")
-
-    def __init__(self, events: Sequence[tuple[float, int]]):
-        self._t = array("d", [t for t, _ in events])
-        self._n = array("i", [n for _, n in events])
-
-    def __len__(self) -> int:
-        return len(self._t)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return list(zip(self._t[i], self._n[i]))
-        return self._t[i], self._n[i]
-
-    def __iter__(self) -> Iterator[tuple[float, int]]:
-        return zip(self._t, self._n)
+# A finished request's token events: the stream writes them as load.client.TokenStamps (two
+# arrays) from the start, the form they wait in until the level's statistics are computed.
+CompactStamps = TokenStamps
 
 
 def compact(o: RequestOutcome) -> None:
     """What a finished request keeps while its level runs (its requests.csv row is written):
     the token events as CompactStamps, no answer text or ids (a multi-turn stream has taken
     them). Called on the session's loop once the load loop is done with the request."""
-    if isinstance(o.token_events, list):
-        o.token_events = CompactStamps(o.token_events)
+    if not isinstance(o.token_events, TokenStamps):
+        o.token_events = TokenStamps(o.token_events)
     o.output_ids = o.output_text = None
 
 
@@ -231,6 +210,10 @@ class _LevelState:
         self.arm_stop: dict[str, float] = {}
         self.cut: dict[str, asyncio.Event] = {}
         self.saturated: dict[str, BacklogTrend] = {}
+        # Closed-loop levels: wall seconds the connections opened before the clock took, and
+        # how many opened per arm (None: none were opened ahead, an open-loop level).
+        self.connect_s: Optional[float] = None
+        self.connected: Optional[dict[str, int]] = None
 
 
 def _backlog_spans(outcomes: Sequence[RequestOutcome]) -> list[tuple[float, Optional[float]]]:
@@ -267,6 +250,9 @@ class RampDriver:
         self.client_stats: list[dict[str, Any]] = []
         self._paused = threading.Event()
         self._skip = threading.Event()
+        # What the running closed-loop level waits on (on the load loop): a stream ending, the
+        # level's clock running out, or pause / resume / skip from any thread (_poke_level).
+        self._level_wake: Optional[asyncio.Future] = None
         self._next_prompt: dict[str, int] = {a.name: 0 for a in self.arms}
         self._called: set[tuple[str, str]] = set()
         self._load: Optional[LoadLoop] = None
@@ -286,13 +272,30 @@ class RampDriver:
     def pause(self) -> None:
         """Stop issuing new requests (those in flight finish); the level clock stops."""
         self._paused.set()
+        self._poke_level()
 
     def resume(self) -> None:
         self._paused.clear()
+        self._poke_level()
 
     def skip_level(self) -> None:
         """End the current level now: stop issuing and cancel what is in flight."""
         self._skip.set()
+        self._poke_level()
+
+    def _poke_level(self) -> None:
+        """Wake the running level's wait on the load loop (it reads the flags again)."""
+        load = self._load
+        if load is not None and self._level_wake is not None:
+            try:
+                load.loop.call_soon_threadsafe(self._wake_level)
+            except RuntimeError:  # the load loop is closed: no level to wake
+                pass
+
+    def _wake_level(self) -> None:  # on the load loop
+        fut = self._level_wake
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     @property
     def paused(self) -> bool:
@@ -470,6 +473,7 @@ class RampDriver:
         cpu = self._load.cpu_s - cpu0
         stats = {"level": i, "offered_concurrency": c, "tokens": tokens, "client_cpu_s": round(cpu, 3),
                  "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
+                 "connect_s": level.connect_s, "connections_opened_ahead": level.connected,
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
         paces = {}
         for arm in self.arms:
@@ -705,6 +709,17 @@ class RampDriver:
 
     async def _level_on_load_loop(self, i: int, c: int, level: _LevelState, clients: dict[str, GenerateClient]) -> None:
         plan = self.plan
+        # Each arm's C connections are opened before the level's clock starts: a request then
+        # goes out on a kept-alive socket, so its TTFT (from the stamp just before its write)
+        # holds no TCP connect, and the wave of C connects at the start of a level does not
+        # count against the server either. What the connects took is recorded apart
+        # (load_client connect_s); a connection that failed or went stale is opened again by
+        # the request that needs it, and that request's TTFT includes its connect.
+        ahead = [a.name for a in self.arms if a.name not in self.denied]
+        t = time.monotonic()
+        opened = await asyncio.gather(*(clients[a].prepare(c) for a in ahead), return_exceptions=True)
+        level.connect_s = round(time.monotonic() - t, 4)
+        level.connected = {a: (n if isinstance(n, int) else 0) for a, n in zip(ahead, opened)}
         level.t0 = time.time()
         level.window_t0 = level.t0 + self._wall(plan.settle_s)
         stop = asyncio.Event()
@@ -778,15 +793,28 @@ class RampDriver:
             level.streams[a] = c
         tasks = [asyncio.create_task(worker(a, k)) for a in live_arms for k in range(c)]
         duration = None if plan.requests_per_level else self._wall(plan.level_duration_s or 60.0)
+        loop = asyncio.get_running_loop()
+        running = [len(tasks)]
+
+        def ended(_task: asyncio.Task) -> None:
+            running[0] -= 1
+            if not running[0]:  # every stream is done: every request out (or every arm denied)
+                self._wake_level()
+
+        for t in tasks:
+            t.add_done_callback(ended)
         try:
+            # Woken by events, not a poll of every stream: the last stream ending, pause /
+            # resume / skip, or the level's clock (which stops while paused) running out.
             left = duration
             last = time.monotonic()
+            paused = self._paused.is_set()
             while True:
-                await asyncio.sleep(0.02)
                 now = time.monotonic()
-                if not self._paused.is_set() and left is not None:
+                if not paused and left is not None:
                     left -= now - last
                 last = now
+                paused = self._paused.is_set()
                 if self._skip.is_set():
                     level.t_stop = time.time()
                     stop.set()
@@ -795,8 +823,16 @@ class RampDriver:
                     break
                 if left is not None and left <= 0:
                     break
-                if all(t.done() for t in tasks):  # every request out (or every arm denied)
+                if not running[0]:
                     break
+                fut = self._level_wake = loop.create_future()
+                timer = None if paused or left is None else loop.call_later(left, self._wake_level)
+                try:
+                    await fut
+                finally:
+                    self._level_wake = None
+                    if timer is not None:
+                        timer.cancel()
             if level.t_stop is None:
                 level.t_stop = time.time()
             stop.set()
