@@ -39,7 +39,8 @@ import httpx
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
 from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name
 from specmon.sources.serverinfo import json_body
-from specmon.sources.sglang import USED_METRICS, ArmCollector, shared_ssl_context, with_ranks
+from specmon.sources import http
+from specmon.sources.sglang import USED_METRICS, ArmCollector, lean_target, shared_ssl_context, with_ranks
 
 REGISTRY_PATH = "/workers"
 READINESS_PATH = "/readiness"
@@ -409,6 +410,46 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict, max_bytes: in
         return None, b"", f"{type(e).__name__}: {str(e)[:120]}"
 
 
+class _Http:
+    """The GETs of one gateway source: the lean client (sources/http.py) for a plain-http address
+    (one kept-alive connection or a few per host and port: the gateway, its metrics port), httpx
+    for the rest (TLS, proxies, credentials, an injected transport). The same answers and
+    problems either way."""
+
+    def __init__(self, url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None):
+        self.timeout_s = timeout_s
+        self.transport = transport
+        self.client = _client(url, timeout_s, transport)
+        self._lean: dict[tuple[str, int], http.LeanClient] = {}
+
+    async def get(self, url: str, headers: dict, max_bytes: int) -> tuple[Optional[int], bytes, str]:
+        target = lean_target(url) if self.transport is None else None
+        if target is None:
+            return await _get(self.client, url, headers, max_bytes)
+        host, port, path = target
+        c = self._lean.get((host, port))
+        if c is None:
+            c = self._lean[(host, port)] = http.LeanClient(host, port, self.timeout_s)
+        try:
+            status, body = await c.get(path or "/", headers, max_bytes, read_body=lambda st: st in (200, 503))
+        except http.TooLarge:
+            return None, b"", f"{urlsplit(url).path} body over {max_bytes // 2**20} MiB"
+        except http.Refused:
+            return None, b"", "connection refused"
+        except (http.Unresolved, http.ConnectFailed) as e:
+            return None, b"", f"cannot connect ({str(e)[:120] or type(e).__name__})"
+        except http.ReadTimeout:
+            return None, b"", "no answer in time"
+        except http.HttpError as e:
+            return None, b"", f"{type(e).__name__}: {str(e)[:120]}"
+        return status, body, ""
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        for c in self._lean.values():
+            await c.aclose()
+
+
 def _refused(e: BaseException) -> bool:
     """Nothing listens: httpx says "All connection attempts failed", its cause says refused."""
     cur: Optional[BaseException] = e
@@ -516,7 +557,7 @@ class GatewayFleet:
         self._engine: dict[str, tuple[float, Sample]] = {}  # worker URL -> (when, its Sample from /engine_metrics)
         self._collectors: dict[str, ArmCollector] = {}  # windows for /engine_metrics rates and percentiles
         self._routed_prev: Optional[tuple[float, float]] = None
-        self._client = _client(self.url, timeout_s, transport)
+        self._http = _Http(self.url, timeout_s, transport)
         self._transport = transport
         self.polls = 0
 
@@ -525,7 +566,7 @@ class GatewayFleet:
         return {"Authorization": f"Bearer {key}"} if key and key.isascii() else {}
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
         for c in self._collectors.values():
             await c.aclose()
 
@@ -542,7 +583,7 @@ class GatewayFleet:
         now = time.time()
         self.polls += 1
         h = self._headers()
-        get = lambda path, most=JSON_MAX_BYTES: _get(self._client, self.url + path, h, most)  # noqa: E731
+        get = lambda path, most=JSON_MAX_BYTES: self._http.get(self.url + path, h, most)  # noqa: E731
         reg_status, reg_body, reg_problem = await get(REGISTRY_PATH)
         registry = parse_registry(_json(reg_body)) if reg_status == 200 else None
         if registry is None:
@@ -554,7 +595,7 @@ class GatewayFleet:
         if self.metrics_url is None and self._discover and now >= self._discover_due:
             jobs["discover"] = self._discover_metrics(registry)
         if self.metrics_url is not None:
-            jobs["metrics"] = _get(self._client, self.metrics_url, h, METRICS_MAX_BYTES)
+            jobs["metrics"] = self._http.get(self.metrics_url, h, METRICS_MAX_BYTES)
         wanted = self.needs_figures
         if now >= self._engine_due and registry and (wanted is None or wanted):
             jobs["engine"] = get(ENGINE_METRICS_PATH, METRICS_MAX_BYTES)
@@ -705,7 +746,7 @@ class GatewayFleet:
         candidate = f"http://{'[' + host + ']' if ':' in host else host}:{DEFAULT_METRICS_PORT}/metrics"
         if u.port == DEFAULT_METRICS_PORT:
             return None
-        status, body, _ = await _get(self._client, candidate, self._headers(), METRICS_MAX_BYTES)
+        status, body, _ = await self._http.get(candidate, self._headers(), METRICS_MAX_BYTES)
         if status != 200:
             return None
         gm = parse_gateway_metrics(body.decode("utf-8", errors="replace"))
