@@ -370,3 +370,33 @@ async def test_knees_that_do_not_fit_one_line_go_on_the_next_whole(tmp_path):
                 assert any(item in line for line in lines), (item, lines)
             if width == 80:
                 assert lines[1].startswith(" " * 6) and "KNEE" not in lines[1]  # under the first, indented
+
+
+@pytest.mark.parametrize("width", [80, 60, 44])
+async def test_the_status_bar_gives_way_by_whole_items_and_words(width):
+    # A long title, a session folder, a stopped session with a long reason and the display
+    # paused: at 80 columns and below the bar drops whole items and cuts long ones between words
+    # (an ellipsis after the last whole word), never inside a word; the pause is still said.
+    from specmon.tui.widgets.status_bar import StatusBar
+
+    source = ReplaySource(DATA / "session_sim_3arm", speed=1e9)
+    source.out_dir = Path("/tmp/specmon-sessions/2026-12-01T15-00-00")
+    title = "specmon attach http://127.0.0.1:30000 http://127.0.0.1:30001 http://127.0.0.1:30002"
+    app = SpecmonApp(source, title)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await until_ended(pilot)
+        bar = app.query_one(StatusBar)
+        reason = "replay ended: the recording has no more events after 12:00:41"
+        bar.stopped = reason
+        await pilot.press("p")  # display paused
+        await pilot.pause()
+        plain = bar.render().plain
+        line = screen_text(app).splitlines()[0]
+        assert line.rstrip() == plain.rstrip() and len(plain) <= width
+        assert "DISPLAY PAUSED" in plain and "replay" in plain  # the pause and the mode stay
+        words = set(" ".join([title, reason, "ended:", "specmon", "DISPLAY PAUSED (still recording)",
+                              str(source.out_dir), "3 arms", app.mode_label, fmt.duration(app.state.elapsed_s)]
+                             + [f"{len(app.state.markers)} marks"]).split())
+        for token in plain.split():
+            assert token.removesuffix("…") in words, (token, plain)
+        assert "ended: replay" in plain or width < 60
