@@ -59,7 +59,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
-from specmon.analysis.stats import mean, mean_se, percentile, rate_batches, ratio, t_upper_95
+from specmon.analysis.stats import mean, mean_se, percentile, percentiles, rate_batches, ratio, t_upper_95
 from specmon.model import LevelResult, Sample
 from specmon.sources.derive import cache_hit_share, histogram_quantile
 from specmon.sources.prom import Histogram
@@ -134,14 +134,16 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     if W > 0:
         toks = 0
         arrivals: list[tuple[float, float]] = []  # (arm seconds since W opened, tokens)
+        w0, w1 = window.t0, window.t1
         for o in outcomes:
             if o.t_sent is None:
                 continue
+            sent, sent_wall = o.t_sent, o.t_sent_wall
             for stamp, n in o.token_events:
-                t = o.wall(stamp)
-                if window.t0 <= t < window.t1:
+                t = sent_wall + (stamp - sent)  # o.wall(stamp), without a call per token event
+                if w0 <= t < w1:
                     toks += n
-                    arrivals.append(((t - window.t0) * scale, n))
+                    arrivals.append(((t - w0) * scale, n))
         r.output_tok_s = toks / (W * scale)
         batches = rate_batches(arrivals, 0.0, W * scale, THROUGHPUT_BATCH_S, MIN_BATCHES)
         r.output_tok_s_batches = len(batches) or None
@@ -159,11 +161,14 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
     tpots = [t for t in tpot_of if t is not None]
     itls: list[float] = []
     for o in ok_in:
-        itls.extend(x * scale for x in o.itls())
-    r.ttft_p50_s, r.ttft_p90_s, r.ttft_p99_s = (percentile(ttfts, q) for q in (50, 90, 99))
+        if scale == 1.0:
+            itls.extend(o.itls())
+        else:
+            itls.extend([x * scale for x in o.itls()])
+    r.ttft_p50_s, r.ttft_p90_s, r.ttft_p99_s = percentiles(ttfts, (50, 90, 99))
     r.ttft_mean_s = mean(ttfts)
     r.tpot_p50_s = percentile(tpots, 50)
-    r.itl_p50_s, r.itl_p99_s = percentile(itls, 50), percentile(itls, 99)
+    r.itl_p50_s, r.itl_p99_s = percentiles(itls, (50, 99))  # ~250k values at 1,000 streams: sorted once
     r.e2e_mean_s = mean(e2es)
     if slo_ttft_s is not None or slo_tpot_s is not None:
         judged = [o for o in in_win if o.status != "cancelled"]
