@@ -25,6 +25,9 @@ for port in sys.argv[1:]:
     s.bind(("127.0.0.1", int(port))); s.listen(); socks.append(s)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print("ready", flush=True)
+for line in sys.stdin:  # each line: one more child
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print("spawned", flush=True)
 time.sleep(120)
 """
 
@@ -42,7 +45,8 @@ def kill_tree(p: subprocess.Popen) -> None:
 @pytest.fixture
 def server():
     ports = [free_port(), free_port()]
-    p = subprocess.Popen([sys.executable, "-c", SERVER, *map(str, ports)], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", SERVER, *map(str, ports)], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
         yield p, ports
@@ -113,3 +117,28 @@ def test_an_arm_with_a_pid_needs_no_table():
     h = HostCollector([ArmSpec("me", "http://10.255.255.1:1", pid=psutil.Process().pid)])
     _, per_arm = h.read()
     assert h.table_reads == 0 and per_arm["me"][0] > 0
+
+
+def test_a_late_child_is_counted_and_a_settled_tree_walked_less_often(server, monkeypatch):
+    monkeypatch.setattr(host, "MEMBERS_S", 0.1)
+    monkeypatch.setattr(host, "MEMBERS_MAX_S", 0.4)
+    proc, (port_a, _) = server
+    h = HostCollector([ArmSpec("a", f"http://127.0.0.1:{port_a}")])
+    h.read()
+    first = h.server_pids("a")
+    assert len(first) == 2  # the server and its child
+    proc.stdin.write("more\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "spawned"
+    time.sleep(0.15)
+    h.read()
+    pids = h.server_pids("a")
+    assert len(pids) == 3 and first < pids
+    tree = h._trees[proc.pid]
+    assert tree._every == 0.1  # it changed: looked at again soon
+    waits = []
+    for _ in range(4):
+        time.sleep(max(0.0, tree._due - time.monotonic()) + 0.01)
+        h.read()
+        waits.append(tree._every)
+    assert waits == [0.2, 0.4, 0.4, 0.4]  # unchanged: the wait doubles to its ceiling

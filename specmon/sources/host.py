@@ -17,7 +17,8 @@ import psutil
 from specmon.model import ArmSpec, HostReading
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-MEMBERS_S = 5.0  # how often a server's process tree is walked again for new children
+MEMBERS_S = 5.0  # how often a server's process tree is walked again for new children ...
+MEMBERS_MAX_S = 40.0  # ... doubling up to this while it stays the same
 LOOKUP_S = 5.0  # an arm whose server process is not found is looked for again after this ...
 LOOKUP_MAX_S = 60.0  # ... doubling each time up to this
 
@@ -42,47 +43,92 @@ def listening_pids() -> dict[int, int]:
     return {c.laddr.port: c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.pid}
 
 
+def ppid_map() -> dict[int, int]:
+    """{pid: parent pid} of every process on this host: one read of each /proc/PID/stat, the
+    cost of any walk of a process tree (psutil's own map where it has one)."""
+    own = getattr(psutil, "_ppid_map", None)
+    if own is not None:
+        try:
+            return own()
+        except (psutil.Error, OSError):
+            pass
+    out = {}
+    for p in psutil.process_iter():
+        try:
+            out[p.pid] = p.ppid()
+        except psutil.Error:
+            continue
+    return out
+
+
+def descendants(pid: int, ppids: dict[int, int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for child, parent in ppids.items():
+        if child != parent:
+            children.setdefault(parent, []).append(child)
+    out, todo, seen = [], [pid], {pid}
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in seen:
+                seen.add(c)
+                out.append(c)
+                todo.append(c)
+    return out
+
+
 class _ProcTree:
-    """One server's process tree; keeps psutil.Process objects so cpu_percent has a baseline."""
+    """One server's process tree; keeps psutil.Process objects so cpu_percent has a baseline.
+
+    Its members are looked up again every MEMBERS_S while they change, the wait doubling up to
+    MEMBERS_MAX_S while they do not: a server's tree settles once it has started (SGLang's
+    scheduler and detokenizer come up with it), and each lookup reads every process's
+    /proc/PID/stat (~1 ms with 70 processes, far more on a busy GPU host). A child that comes
+    later is counted from the next lookup."""
 
     def __init__(self, pid: int):
         self.pid = pid
         self.root = psutil.Process(pid)
-        self._members: list[psutil.Process] = []
-        self._members_at = -1e9
+        self._start = self.root.create_time()
+        self._members: list[psutil.Process] = [self.root]
+        self._every = MEMBERS_S
+        self._due = -1e9
 
-    def members(self) -> list[psutil.Process]:
-        """The root and its descendants, looked up at most every MEMBERS_S: psutil finds children
-        by reading every process's /proc/PID/stat (~3 ms with 120 processes, more on a busy GPU
-        host). A server's tree settles once it has started; a child that comes later is counted
-        from the next lookup. A member seen before keeps its Process object (its CPU baseline)."""
-        now = time.monotonic()
-        if now - self._members_at >= MEMBERS_S:
-            if not self.root.is_running():  # gone, or its pid taken by another process
-                raise psutil.NoSuchProcess(self.pid)
+    def due(self, now: float) -> bool:
+        return now >= self._due
+
+    def refresh(self, ppids: dict[int, int], now: float) -> None:
+        """New members from a host's ppid map. A member seen before keeps its Process object
+        (its CPU baseline); a pid now held by another process, or one older than the root (a
+        reused pid), is a new member or none."""
+        if not self.root.is_running():  # gone, or its pid taken by another process
+            raise psutil.NoSuchProcess(self.pid)
+        known = {p.pid: p for p in self._members}
+        members = [self.root]
+        for pid in descendants(self.pid, ppids):
             try:
-                found = self.root.children(recursive=True)
+                fresh = psutil.Process(pid)
+                if fresh.create_time() < self._start:
+                    continue
             except psutil.Error:
-                found = []
-            # a Process compares equal only to the same pid with the same start time, so a
-            # reused pid is a new member, with a new baseline
-            known = {p.pid: p for p in self._members}
-            self._members = [self.root] + [known[p.pid] if known.get(p.pid) == p else p for p in found]
-            self._members_at = now
-        return self._members
+                continue
+            old = known.get(pid)
+            members.append(old if old is not None and old == fresh else fresh)
+        changed = [id(p) for p in members] != [id(p) for p in self._members]
+        self._members = members
+        self._every = MEMBERS_S if changed else min(MEMBERS_MAX_S, self._every * 2)
+        self._due = now + self._every
 
     def pids(self) -> set[int]:
-        return {self.pid} | {p.pid for p in self._members}
+        return {p.pid for p in self._members}
 
     def read(self) -> tuple[Optional[int], Optional[float]]:
         """(RSS bytes, CPU % of one core) summed over the tree; raises psutil.NoSuchProcess when
         the root has gone. Two small /proc reads per member: whether each is still the same
         process is checked when the members are looked up again, not on every tick."""
-        members = self.members()
         rss = 0
         cpu = 0.0
         seen = False
-        for p in members:
+        for p in self._members:
             try:
                 rss += p.memory_info().rss
                 cpu += p.cpu_percent(None)  # since the previous call; 0.0 the first time
@@ -160,9 +206,14 @@ class HostCollector:
         host = HostReading(ts=time.time(), cpu_pct=psutil.cpu_percent(None),
                            mem_used_bytes=int(vm.total - vm.available), mem_total_bytes=int(vm.total))
         self._find()
+        now = time.monotonic()
+        due = {id(t) for t in self._trees.values() if t.due(now)}
+        ppids = ppid_map() if due else {}  # one walk of the host's processes for every tree due
         per_pid: dict[int, tuple[Optional[int], Optional[float]]] = {}
         for pid, t in list(self._trees.items()):
             try:
+                if id(t) in due:
+                    t.refresh(ppids, now)
                 per_pid[pid] = t.read()
             except psutil.Error:
                 del self._trees[pid]  # gone: its arms are looked up again on the next read
