@@ -327,8 +327,9 @@ class _Exchange:
         self.status: Optional[int] = None
         self.buf = b""
         self.last_tokens = 0
-        # the last event's data as (buffer, start, end): sliced once, when the response ends
-        self._last: tuple[bytes, int, int] = (b"", 0, 0)
+        # the last event's data as buffer[start:end], sliced once, when the response ends (three
+        # attributes, not a tuple: a tuple a chunk would be one more object for the collector)
+        self._last_buf, self._last_lo, self._last_hi = b"", 0, 0
         ev = outcome.token_events
         if not isinstance(ev, TokenStamps):
             ev = outcome.token_events = TokenStamps(ev)
@@ -348,8 +349,7 @@ class _Exchange:
 
     @property
     def last_event(self) -> bytes:
-        buf, lo, hi = self._last
-        return buf[lo:hi]
+        return self._last_buf[self._last_lo:self._last_hi]
 
     def feed(self, now: float, data: bytes) -> None:
         self.t_activity = now
@@ -527,7 +527,7 @@ class _Exchange:
                         self._add_t(now)
                         self._add_n(ct - self.last_tokens)
                         self.last_tokens = ct
-            self._last = (raw, d, cut)
+            self._last_buf, self._last_lo, self._last_hi = raw, d, cut
         self.buf = raw[pos:hi] if pos < hi else b""
 
     def cut(self, exc: Optional[Exception]) -> None:
