@@ -24,6 +24,7 @@ from specmon.tui import fmt
 from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.arm_row import ArmRow, ArmRowsHeader
+from specmon.tui.widgets.fleet import COLUMNS as FLEET_COLUMNS, DROP_FIRST as FLEET_DROP_FIRST, FleetTable
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.ramp import LevelTable, RampProgress
 
@@ -263,14 +264,27 @@ async def test_the_fleet_table_at_80x24():
         assert "r levels" in screen.splitlines()[-1] and "o sort" in screen.splitlines()[-1]
         assert screen.splitlines()[-1].rstrip().endswith("? help")
         assert app.query_one(LevelTable).tail and "↑" in screen
-        # the columns past the right edge are a few presses of → away, the worker column staying
-        assert "DP imbalance" not in screen
-        await pilot.press(*["right"] * 40)
+        # the table fits the width: the columns that do not give way whole (the least telling
+        # first), the worker's name never; nothing runs past the right edge
+        table = app.query_one(FleetTable)
+        assert table.virtual_size.width <= table.size.width
+        shown = [str(c.key.value) for c in table.ordered_columns]
+        assert shown[0] == "worker" and len(shown) < len(FLEET_COLUMNS)
+        gone = [k for k in FLEET_DROP_FIRST if k not in shown]
+        assert gone and gone == list(FLEET_DROP_FIRST[:len(gone)])  # in the order they give way
+        headers = dict(FLEET_COLUMNS)
+        head_row = next(line for line in screen.splitlines() if " state " in line)
+        assert all(headers[k] in head_row for k in shown) and "DP imbalance" not in head_row
+        for line in screen.splitlines():
+            assert not line.rstrip().endswith("…"), line  # no cell cut at the edge
+        await pilot.press(*["right"] * 40)  # nothing past the edge to scroll to
         await pilot.pause(0.2)
-        screen = screen_text(app)
-        assert "DP imbalance" in screen and "age" in screen
-        for arm in app.state.arm_names():
-            assert arm in screen
+        assert table.scroll_x == 0
+        # wider, the columns come back
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause(0.3)
+        assert [str(c.key.value) for c in table.ordered_columns] == [k for k, _ in FLEET_COLUMNS]
+        assert "DP imbalance" in screen_text(app)
 
 
 async def test_live_arms_at_80x24_one_of_them_down(tmp_path):

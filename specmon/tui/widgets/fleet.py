@@ -34,14 +34,17 @@ class FleetHeader(StyledWidget):
     def render(self) -> Text:
         with self.session.lock:
             fleets = list(self.session.fleets)
+        width = self.size.width or 80
         t = Text()
         for i, f in enumerate(fleets):
             if i:
                 t.append("\n")
-            t.append_text(self.line(f))
+            t.append_text(self.line(f, width))
         return t
 
-    def line(self, f: FleetStatus) -> Text:
+    def line(self, f: FleetStatus, width: int = 10_000) -> Text:
+        """The fleet's line in `width` cells: its items in order, an item that does not fit left
+        out whole (never cut inside a word); the name and the health first."""
         t = Text()
         t.append(f"{f.name} ", style=self.st("value"))
         t.append(f"({f.kind}) ", style=self.st("dim"))
@@ -49,23 +52,33 @@ class FleetHeader(StyledWidget):
             t.append("DOWN ", style=self.st("bad"))
             t.append(f.reason or "no reason given", style=self.st("bad"))
             return t
+        items: list[Text] = []
         if f.total is not None:
             healthy = "?" if f.healthy is None else str(f.healthy)
             style = "good" if f.healthy == f.total else "warn"
-            t.append(f"{healthy}/{f.total} workers healthy", style=self.st(style))
+            items.append(Text(f"{healthy}/{f.total} workers healthy", style=self.st(style)))
         if f.routed_req_s is not None:
-            t.append(f" · {f.routed_req_s:.1f} req/s routed", style=self.st("unit"))
+            items.append(Text(f"{f.routed_req_s:.1f} req/s routed", style=self.st("unit")))
         if f.policy:
-            t.append(f" · policy {f.policy}", style=self.st("unit"))
+            items.append(Text(f"policy {f.policy}", style=self.st("unit")))
         if f.scrape_interval_s is not None:
-            t.append(f" · scraped every {f.scrape_interval_s:g} s", style=self.st("unit"))
+            items.append(Text(f"scraped every {f.scrape_interval_s:g} s", style=self.st("unit")))
         if f.source:
-            t.append(f" · figures from {f.source}", style=self.st("dim"))
+            items.append(Text(f"figures from {f.source}", style=self.st("dim")))
         open_circuits = [w.arm for w in f.workers if w.circuit and w.circuit != "closed"]
         if open_circuits:
-            t.append(f" · circuit open: {', '.join(open_circuits)}", style=self.st("warn"))
+            items.append(Text(f"circuit open: {', '.join(open_circuits)}", style=self.st("warn")))
         if f.reason:
-            t.append(f" · {f.reason}", style=self.st("dim"))
+            items.append(Text(f.reason, style=self.st("dim")))
+        first = True
+        for item in items:
+            sep = 0 if first else 3
+            if t.cell_len + sep + item.cell_len > width and not first:
+                continue
+            if not first:
+                t.append(" · ", style=item.style)
+            t.append_text(item)
+            first = False
         return t
 
     def update_visibility(self) -> None:
@@ -82,6 +95,24 @@ COLUMNS = [
     ("kv", "KV %"), ("tok_s", "tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "p99"), ("accept", "accept"),
     ("active", "routed"), ("ranks", "DP imbalance"), ("stale", "age"),
 ]
+
+
+# Where the table is narrower than its columns, these give way whole, in this order (the worker
+# never does): the least telling first, as the arms' level table drops its columns.
+DROP_FIRST = ("ranks", "role", "active", "stale", "ttft_p99", "accept", "queued", "kv", "ttft_p50", "tok_s",
+              "running")
+CELL_PADDING = 1  # DataTable's, each side of a cell
+
+
+def shown_columns(widths: dict[str, int], room: int) -> list[str]:
+    """The columns (keys, in table order) that fit `room` cells, given each one's widest cell."""
+    keys = [k for k, _ in COLUMNS]
+    for drop in (None, *DROP_FIRST):
+        if drop is not None:
+            keys.remove(drop)
+        if sum(widths[k] + 2 * CELL_PADDING for k in keys) <= room:
+            break
+    return keys
 
 
 def _num(v: Optional[float], spec: str) -> str:
@@ -149,11 +180,16 @@ class FleetTable(DataTable):
         self._cells: dict[str, list[Text]] = {}  # the cells the table holds, by worker
         self._order: list[str] = []
         self._widths: list[int] = []
+        self._shown: list[str] = []  # the column keys the table holds
         self._cell_lines: dict[tuple, tuple] = {}  # (row key, column key) -> (value, signature, lines)
 
-    def on_mount(self) -> None:
-        for key, header in COLUMNS:
-            self.add_column(header, key=key)
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.redraw)  # the columns that fit the new width
+
+    def _room(self) -> int:
+        """Cells across for the columns: the table's width less a vertical scrollbar's (it shows
+        as soon as the rows pass its height)."""
+        return self.size.width - self.styles.scrollbar_size_vertical
 
     def selected_arm(self) -> Optional[str]:
         if self.row_count == 0:
@@ -172,22 +208,33 @@ class FleetTable(DataTable):
             values = {n: row_values(self.session.arms[n], active.get(n)) for n in names}
         keep = self.selected_arm()
         order = sorted(names, key=lambda n: _sort_key(values[n][self.sort_column]), reverse=self.sort_reverse)
-        cells = {n: row_cells(values[n]) for n in names}
-        # A column is as wide as its widest cell: when that changes the table is built again,
-        # as it was every tick before (DataTable's own width update measures the whole column
-        # again for every cell that narrowed: far slower than building it).
-        widths = [max([len(header), *(c[i].cell_len for c in cells.values())]) for i, (_, header) in enumerate(COLUMNS)]
-        if set(cells) != set(self._cells) or self.row_count != len(cells) or widths != self._widths:
-            self.clear()
+        every = {n: row_cells(values[n]) for n in names}
+        # A column is as wide as its widest cell; the columns that do not fit the width give way
+        # whole. When either changes the table is built again, as it was every tick before
+        # (DataTable's own width update measures the whole column again for every cell that
+        # narrowed: far slower than building it).
+        all_widths = {key: max([len(header), *(c[i].cell_len for c in every.values())])
+                      for i, (key, header) in enumerate(COLUMNS)}
+        shown = shown_columns(all_widths, self._room()) if self.size.width else [k for k, _ in COLUMNS]
+        index = {k: i for i, (k, _) in enumerate(COLUMNS)}
+        cells = {n: [c[index[k]] for k in shown] for n, c in every.items()}
+        widths = [all_widths[k] for k in shown]
+        if (set(cells) != set(self._cells) or self.row_count != len(cells) or widths != self._widths
+                or shown != self._shown):
+            self.clear(columns=shown != self._shown)
+            if shown != self._shown:
+                headers = dict(COLUMNS)
+                for key in shown:
+                    self.add_column(headers[key], key=key)
             for name in order:
                 self.add_row(*cells[name], key=name)
-            self._cells, self._order, self._widths = cells, order, widths
+            self._cells, self._order, self._widths, self._shown = cells, order, widths, shown
             if keep in values:
                 self.move_cursor(row=order.index(keep))
             return
         for name, new in cells.items():
             old = self._cells[name]
-            for i, ((key, _), was, now) in enumerate(zip(COLUMNS, old, new)):
+            for i, (key, was, now) in enumerate(zip(shown, old, new)):
                 if was != now:
                     self.update_cell(name, key, now)
                     old[i] = now  # the table holds this object now: unchanged cells keep theirs
@@ -230,7 +277,9 @@ class FleetTable(DataTable):
         self.redraw()
 
     def action_cycle_sort(self) -> None:
-        keys = [k for k, _ in COLUMNS]
+        keys = self._shown or [k for k, _ in COLUMNS]  # the columns on screen
+        if self.sort_column not in keys:
+            self.sort_column = keys[0]
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
         self.redraw()
 
