@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.visual import visualize
+from textual.dom import DOMNode
 from textual.widget import Widget, _RenderCache
 
 
@@ -50,6 +51,8 @@ class StyledWidget(Widget):
         component's RenderStyles object whenever it re-applies CSS (theme, classes, reload), so
         that object's identity says whether the kept style is still right."""
         source = self._component_styles.get(component)  # replaced, not changed, by the stylesheet
+        if source is None:
+            source = self._style_component(component)
         cache = self.__dict__.setdefault("_specmon_styles", {})
         kept = cache.get(component)
         if kept is not None and source is not None and kept[0] is source:
@@ -57,6 +60,35 @@ class StyledWidget(Widget):
         style = self.get_component_styles(component).partial_rich_style
         cache[component] = (source, style)
         return style
+
+    def _get_component_classes(self) -> frozenset[str]:
+        """The component classes the stylesheet works out for this widget when it styles it: the
+        ones it has drawn with, not all of COMPONENT_CLASSES. The stylesheet matches its rules
+        once per component class every time a widget is styled (mounted, a class of the app or
+        the screen changed, a resize crossed a breakpoint); with 19 of them on ~30 panes that was
+        most of the start-up, before the first frame. A component first asked for is styled
+        then (_style_component)."""
+        return frozenset(self.__dict__.get("_specmon_components", ()))
+
+    def _style_component(self, component: str):
+        """The component's styles, worked out now as the stylesheet would and kept with the
+        others (and from now on worked out with them); KeyError for a name not declared."""
+        if component not in type(self)._get_component_classes_declared():
+            raise KeyError(f"No {component!r} key in COMPONENT_CLASSES")
+        self.__dict__.setdefault("_specmon_components", set()).add(component)
+        virtual = DOMNode(classes=component)
+        virtual._attach(self)
+        self.app.stylesheet.apply(virtual, animate=False)
+        self._component_styles[component] = virtual.styles
+        return virtual.styles
+
+    @classmethod
+    def _get_component_classes_declared(cls) -> frozenset[str]:
+        declared = cls.__dict__.get("_specmon_declared")
+        if declared is None:
+            declared = DOMNode._get_component_classes.__func__(cls)
+            cls._specmon_declared = declared
+        return declared
 
     def notify_style_update(self) -> None:
         self.__dict__.pop("_specmon_styles", None)
