@@ -226,3 +226,48 @@ def test_chunked_stream_read_the_same_however_the_socket_splits_it():
     bad = raw[:head_end] + b"zz\r\n" + raw[head_end:]
     o, conn = _feed(bad, [])
     assert o.status == "error" and "chunk size" in o.error and not conn.reusable()
+
+
+def _dechunk(body):
+    out, pos = b"", 0
+    while True:
+        eol = body.index(b"\r\n", pos)
+        size = int(body[pos:eol], 16)
+        if size == 0:
+            return out
+        out += body[eol + 2:eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+def test_sse_events_in_other_legal_shapes_read_the_same():
+    """The same stream re-written as other valid SSE: a comment event before some events, no space
+    after `data:`, a second line on an event (so its first newline is not its end), two events to an
+    HTTP chunk; whole and cut at every position it reads as the server's own bytes did."""
+    with start_sim("--profile", "fp8-mtp", speed=2) as sim:
+        raw = _captured_stream(sim, 24)
+    head_end = raw.index(b"\r\n\r\n") + 4
+    events = [e for e in _dechunk(raw[head_end:]).split(b"\n\n") if e]
+    assert len(events) >= 4 and events[-1] == b"data: [DONE]"
+    shaped = []
+    for k, e in enumerate(events):
+        last = k >= len(events) - 2  # the final meta_info event and [DONE] stay one-line
+        if k % 4 == 1:
+            shaped.append(b": ping\n\n" + e + b"\n\n")
+        elif k % 4 == 2:
+            shaped.append(e.replace(b"data: ", b"data:", 1) + b"\n\n")
+        elif k % 4 == 3 and not last:
+            shaped.append(e + b"\n: a second line\n\n")
+        else:
+            shaped.append(e + b"\n\n")
+    body = b""
+    for k in range(0, len(shaped), 2):
+        part = b"".join(shaped[k:k + 2])
+        body += b"%x\r\n%s\r\n" % (len(part), part)
+    other = raw[:head_end] + body + b"0\r\n\r\n"
+    whole, _ = _feed(raw, [])
+    assert whole.status == "ok", whole.error
+    want = (whole.status, whole.rid, whole.events, [n for _, n in whole.token_events], whole.completion_tokens)
+    for cuts in [[]] + [[i] for i in range(head_end - 2, len(other))]:
+        o, conn = _feed(other, cuts)
+        assert (o.status, o.rid, o.events, [n for _, n in o.token_events], o.completion_tokens) == want, cuts
+        assert conn.reusable()
