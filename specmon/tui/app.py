@@ -110,7 +110,10 @@ class SpecmonApp(App[str]):
         await self._sync_arms()
         self._handle_signals()
         if self.autostart:
-            self.start_live()
+            # After the first frame: Textual draws nothing until on_mount has returned and the
+            # screen is laid out, and the session's first scrapes (three arms' /metrics parsed
+            # on this loop) would come before it.
+            self.call_after_refresh(self.start_live)
 
     def _handle_signals(self) -> None:
         """SIGTERM, SIGHUP (ssh dropped, tmux killed) and SIGINT from outside end the session as q
