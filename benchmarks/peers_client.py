@@ -16,7 +16,9 @@ its first / last token bodies went to the socket, and the server's request id (r
 Requests are matched by the server's rid where a client keeps it (specmon records SGLang's
 meta_info.id); the others drop it, and their means and p99s are compared with the wire's over the
 same set of requests (every request of the run, none failed: the counts must agree), which needs no
-pairing. For specmon also the added latency per chunk: client stamp - wire body stamp, for each
+pairing. specmon opens each level's C connections before the level's clock starts (the time they
+took is in its note), so its requests go out on open sockets; the peers connect as they send. For
+specmon also the added latency per chunk: client stamp - wire body stamp, for each
 request's first and last token chunk (p50 / p99). Targets for specmon: within 0.5 % of the wire,
 >= 10x less CPU than either peer at 1,000 streams from one process, p99 added latency per chunk
 < 1 ms at C=150.
@@ -277,8 +279,9 @@ def run_specmon(url: str, c: int, n: int, a, work: Path, wire_log: Path) -> tupl
     return ClientRun(ttft, itl, toks / span, toks, rids, lag,
                      note=f"from its write: TTFT {sum(a for a, _ in fw) / sum(b for _, b in fw):.4f} of the wire; "
                           f"load thread {got['client_cpu_ms_per_1k']} ms/1k, loop lag p99 {got['lag_p99_ms']} ms; "
-                          f"ms p50/p99: stamp->sent {ms(send)} (connect included), sent->server read "
-                          f"{ms(wait)}"), cpu
+                          f"{c} connections opened before the level's clock in {got.get('connect_s')} s; "
+                          f"ms p50/p99: stamp->sent {ms(send)} (a connect included where one was needed), "
+                          f"sent->server read {ms(wait)}"), cpu
 
 
 def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int:
@@ -308,7 +311,8 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
     cs = ramp.client_stats[-1] if ramp.client_stats else {}
     lag = cs.get("lag_p99_s")
     Path(out).write_text(json.dumps({"requests": rows, "client_cpu_ms_per_1k": cs.get("cpu_ms_per_1k_tokens"),
-                                     "lag_p99_ms": None if lag is None else round(lag * 1000, 2)}))
+                                     "lag_p99_ms": None if lag is None else round(lag * 1000, 2),
+                                     "connect_s": cs.get("connect_s")}))
     return 0
 
 
