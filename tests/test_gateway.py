@@ -443,3 +443,51 @@ def test_a_real_sglang_server_behind_the_real_gateway(tmp_path):
             s = reading.samples[w.name]
             assert s.up and s.source == "gateway" and s.kv_capacity_tokens == 8192, (st.reason, s)
             assert s.requests_finished_total is not None and s.requests_finished_total >= 1
+
+
+def test_workers_scraped_in_turn_show_their_age_and_a_stopped_one_is_down_at_once(model_dir, tmp_path, monkeypatch):
+    """More workers than FLEET_EVERY_TICK: a few are scraped each tick, oldest first, the others'
+    rows repeat their newest scrape with its age (stale_s); a worker that stops closes its kept
+    connection, so it is scraped on the next tick and shows down, not its old figures."""
+    from specmon.session import live as live_mod
+
+    monkeypatch.setattr(live_mod, "FLEET_EVERY_TICK", 1)
+    monkeypatch.setattr(live_mod, "FLEET_SCRAPE_EVERY_S", 2.0)  # 4 workers, 0.5 s ticks: one a tick
+    with start_sim("--enable-metrics", "--model-path", model_dir, speed=SPEED) as a, \
+         start_sim("--enable-metrics", "--model-path", model_dir, speed=SPEED) as b, \
+         start_sim("--enable-metrics", "--model-path", model_dir, speed=SPEED) as c, \
+         start_sim("--enable-metrics", "--model-path", model_dir, speed=SPEED) as d:
+        with start_gateway("--worker-urls", a.url, b.url, c.url, d.url, workers=4) as gw:
+            fleet = GatewayFleet(gw.url, metrics_url=gw.metrics_url)
+            events: list = []
+            live = LiveSession([], interval=0.5, out_dir=tmp_path / "s", mode="attach", fleets=[fleet], nvml=None)
+            stopped_at: list[float] = []
+
+            async def run():
+                stop = asyncio.Event()
+                task = asyncio.create_task(live.run(events.append, stop))
+                await asyncio.sleep(8.0)
+                stopped_at.append(time.time())
+                await asyncio.to_thread(d.stop)  # SIGTERM: it closes its connections as it exits
+                stopped_at.append(time.time())
+                await asyncio.sleep(3.0)
+                stop.set()
+                await asyncio.wait_for(task, 30)
+
+            asyncio.run(run())
+    name_d = f"127.0.0.1:{d.port}"
+    rows = [r for r in csv_rows(tmp_path / "s" / "samples.csv") if r["arm"] and not r["dp_rank"]]
+    settled = [r for r in rows if 3.0 < float(r["ts"]) - float(rows[0]["ts"]) and float(r["ts"]) < stopped_at[0]]
+    assert {r["arm"] for r in settled} == {f"127.0.0.1:{s.port}" for s in (a, b, c, d)}
+    fresh = [r for r in settled if not r["stale_s"]]
+    aged = [r for r in settled if r["stale_s"]]
+    # about one scrape a tick of four rows, every worker's turn coming within 2 s (and a tick's slack)
+    assert aged and fresh and len(aged) > 2 * len(fresh), (len(aged), len(fresh))
+    assert all(r["state"] == "up" for r in settled)
+    assert max(float(r["stale_s"]) for r in aged) <= 2.0 + 0.6
+    for arm in {r["arm"] for r in settled}:
+        assert any(not r["stale_s"] for r in settled if r["arm"] == arm), arm
+    after = [r for r in rows if r["arm"] == name_d and float(r["ts"]) > stopped_at[0]]
+    first_down = next(float(r["ts"]) for r in after if r["state"] != "up")
+    assert first_down - stopped_at[1] <= 1.2, (first_down - stopped_at[1], [(r["ts"], r["state"]) for r in after])
+    assert all(r["state"] != "up" for r in after if float(r["ts"]) >= first_down)

@@ -171,3 +171,20 @@ def test_exposition_parsers_take_any_text(lines):
         assert isinstance(snap, MetricsSnapshot)
         for r in ranks_from_metrics(snap):
             assert r.kv_usage is None or r.kv_usage >= 0
+
+
+@FUZZ
+@given(lines=LINES)
+def test_plain_gateway_lines_read_as_word_by_word(lines):
+    """parse_gateway_metrics reads plain lines the fast way (prom.plain_sample): each one as
+    _sample_line reads it, so the header figures are the same either way."""
+    from specmon.sources.gateway import _sample_line
+    from specmon.sources.prom import plain_sample
+
+    for line in lines:
+        plain = plain_sample(line)
+        if plain is None or not line.startswith("smg_"):
+            continue
+        name, labels, value = _sample_line(line)
+        assert (plain[0], plain[1]) == (name, labels), line
+        assert plain[2] == value or (plain[2] != plain[2] and value != value), line

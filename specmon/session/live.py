@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
+import math
 import os
 import time
 from array import array
@@ -50,6 +52,18 @@ if TYPE_CHECKING:
 # nothing reads them and nothing is kept: a session's history is its CSVs.
 SAMPLES_KEPT = 10_800
 SAMPLES_MIN_PER_ARM = 120
+
+# A gateway's workers are scraped in turn, not all on every tick: reading a worker's /metrics
+# costs ~1.5 ms of CPU, so 64 workers every second were most of a headless session's share of a
+# core. Each worker is scraped at least every FLEET_SCRAPE_EVERY_S (so many a tick as that takes,
+# oldest first); between its scrapes its row repeats the newest one with its age (Sample.stale_s,
+# the fleet table's "age"). A fleet of FLEET_EVERY_TICK workers or fewer is scraped every tick,
+# and so is every fleet during a ramp (its statistics read every tick's samples). A worker is
+# scraped on the next tick, out of turn, when anything says it may have changed state: its last
+# scrape did not read it, the gateway calls it unhealthy or got no load from it, or its kept
+# connection was closed by its end (a server that exits closes it at once).
+FLEET_SCRAPE_EVERY_S = 4.0
+FLEET_EVERY_TICK = 8
 
 
 class LiveSession:
@@ -99,6 +113,8 @@ class LiveSession:
         self._fleet_samples: dict[str, Sample] = {}  # arm -> the fleet's own reading this tick
         self._fleet_only: set[str] = set()  # arms the fleet measures itself (no direct scrape)
         self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
+        self._scraped: dict[str, Sample] = {}  # fleet worker -> its newest scrape's Sample (scraped in turn)
+        self._scraped_ts: dict[str, float] = {}  # ... and when that scrape's tick was
         self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
         self._nvml = nvml
         self._simgpu = SimulatedGpuPoller(keep_s=3 * interval, every_s=max(interval, 2.0))  # simulated arms' cards
@@ -352,6 +368,8 @@ class LiveSession:
             # its history is in the CSVs; a fleet whose workers come and go under new names must
             # not grow a ring per name forever
             self._samples.pop(name, None)
+            self._scraped.pop(name, None)
+            self._scraped_ts.pop(name, None)
             c = self._collectors.pop(name, None)
             t = self._inflight.pop(name, None)
             if t is not None:
@@ -419,10 +437,30 @@ class LiveSession:
             if stop.is_set():
                 return self.stop_reason or "stopped"
 
+    def _in_turn(self) -> Optional[set[str]]:
+        """The gateway workers to scrape this tick (FLEET_SCRAPE_EVERY_S above); None: every arm."""
+        workers = [a.name for a in self.arms if a.fleet is not None and a.name in self._collectors]
+        if self.ramp is not None or len(workers) <= FLEET_EVERY_TICK:
+            return None
+        budget = max(FLEET_EVERY_TICK, math.ceil(len(workers) * self.interval / FLEET_SCRAPE_EVERY_S))
+        flagged = {w.arm for f in self.last_fleets for w in f.workers if w.healthy is False}
+        urgent, rest = [], []
+        for name in workers:
+            last = self._scraped.get(name)
+            fleet_sample = self._fleet_samples.get(name)
+            if (last is None or not last.up or name in flagged or self._collectors[name].peer_closed()
+                    or (fleet_sample is not None and not fleet_sample.up)):
+                urgent.append(name)
+            else:
+                rest.append(name)
+        rest.sort(key=lambda n: self._scraped_ts.get(n, 0.0))
+        return set(urgent) | set(rest[:max(0, budget - len(urgent))])
+
     async def tick(self, emit: Emit, deadline_s: float) -> SamplesTick:
         ts = time.time()
+        in_turn = self._in_turn()
         for name, c in self._collectors.items():
-            if name not in self._inflight:
+            if name not in self._inflight and (in_turn is None or name in in_turn or name not in self._scraped):
                 self._inflight[name] = asyncio.create_task(c.scrape())
         readings = asyncio.create_task(asyncio.to_thread(self._read_machine))
         # simulated arms' own cards (only arms whose /server_info said they are the simulator)
@@ -448,6 +486,11 @@ class LiveSession:
             if c is None:  # measured by its fleet only (Prometheus)
                 s = fleet_sample if fleet_sample is not None else Sample(
                     ts=ts, arm=spec.name, up=False, state="timeout", reason="no reading from its fleet this tick")
+            elif t is None and spec.name in self._scraped:  # not its turn: its newest scrape, with its age
+                last = self._scraped[spec.name]
+                # a restart is said once, on the scrape that saw it; scrape_s was that scrape's
+                s = dataclasses.replace(last, stale_s=round(ts - self._scraped_ts[spec.name], 3),
+                                        server_restarted=False, scrape_s=None)
             elif t is None:  # joined its fleet during this tick: scraped from the next one
                 s = fleet_sample if fleet_sample is not None else Sample(
                     ts=ts, arm=spec.name, up=False, state="starting", reason="joined its fleet; first scrape next tick")
@@ -455,6 +498,8 @@ class LiveSession:
                 del self._inflight[spec.name]
                 s = _scrape_result(t, c, ts)
                 (self._unreachable.discard if s.up else self._unreachable.add)(spec.name)
+                if spec.fleet is not None:
+                    self._scraped[spec.name], self._scraped_ts[spec.name] = s, ts
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
                            reason=f"no answer from {c.shown} yet (scrape running for "

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
-from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name
+from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name, plain_sample
 from specmon.sources.serverinfo import json_body
 from specmon.sources import http
 from specmon.sources.sglang import USED_METRICS, ArmCollector, lean_target, shared_ssl_context, with_ranks
@@ -257,7 +257,9 @@ def parse_gateway_metrics(text: str) -> GatewayMetrics:
     for line in text.splitlines()[:200_000]:
         if not line.startswith("smg_"):
             continue
-        name, labels, value = _sample_line(line)
+        # the plain form (no escapes, no timestamp) read once per name{labels}; else word by word
+        plain = plain_sample(line)
+        name, labels, value = plain if plain is not None else _sample_line(line)
         if name is None:
             continue
         m.is_gateway = True

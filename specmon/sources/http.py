@@ -130,6 +130,10 @@ class LeanClient:
         self._idle: list[_Conn] = []
         self.connects = 0  # connections opened (what keep-alive saves)
 
+    def peer_closed(self) -> bool:
+        """Whether a kept connection has been closed by the server since its last answer."""
+        return any(c.closed for c in self._idle)
+
     async def aclose(self) -> None:
         for c in self._idle:
             c.close()

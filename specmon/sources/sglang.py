@@ -264,6 +264,11 @@ class ArmCollector:
             self._client_problem = ("cannot set up HTTP from the environment's proxy or certificate settings "
                                     f"({type(e).__name__}: {str(e)[:120]})")
 
+    def peer_closed(self) -> bool:
+        """Whether the server closed a connection kept for the next scrape: it may have exited
+        (its kernel closes them at once), or it closes idle ones. Known for the lean client only."""
+        return self._lean is not None and self._lean.peer_closed()
+
     async def aclose(self) -> None:
         if self._lean is not None:
             await self._lean.aclose()
