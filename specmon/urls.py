@@ -63,4 +63,6 @@ _CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@
 def without_credentials(text: str) -> str:
     """Any `scheme://user:password@` in the text with the user:password taken out: what a URL may
     look like wherever it is shown or written."""
+    if "@" not in text:  # nothing to take out (the pattern needs one): a scan in C, not the regex's
+        return text
     return _CREDENTIALS.sub(r"\1", text)
