@@ -83,6 +83,7 @@ class SpecmonApp(App[str]):
         self.ramp_view = False  # r: the ramp pane (every level, the plots) in place of the arms
         self._layout_was: Optional[tuple] = None  # _layout_key when the layout was last chosen
         self.user_marks = 0  # marks placed with m in this app
+        self._fleet_focused = False  # the fleet table has been given the focus once
         self.exit_reason: Optional[str] = None
         self._stop: Optional[asyncio.Event] = None
         self._live_worker: Optional[Worker] = None
@@ -322,6 +323,12 @@ class SpecmonApp(App[str]):
                 widget.display = show
             if selector == "#fleet-table":
                 widget.can_focus = show  # hidden, it must not take the focus from the arm panels
+                if show and not self._fleet_focused and not self.ramp_view:
+                    # The fleet is found after the start gave the focus away (to the ramp's table,
+                    # the first focusable then): the first time it shows, it takes it (its keys).
+                    self._fleet_focused = True
+                    if self.focused is None or self.focused.id == "level-scroll":
+                        widget.focus()
         switcher = self.query_one(ContentSwitcher)
         if switcher.current == "ramp" and not state.shows("levels"):
             switcher.current = "logs"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
@@ -182,6 +183,7 @@ class FleetTable(DataTable):
         self._widths: list[int] = []
         self._shown: list[str] = []  # the column keys the table holds
         self._cell_lines: dict[tuple, tuple] = {}  # (row key, column key) -> (value, signature, lines)
+        self._by_look: dict[tuple, list] = {}  # a cell's text and look -> its rendered lines
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.redraw)  # the columns that fit the new width
@@ -262,7 +264,24 @@ class FleetTable(DataTable):
         kept = self._cell_lines.get((row_key, column_key))
         if kept is not None and kept[0] is value and kept[1] == sig:
             return kept[2]
-        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        # With the load moving, most figures change every tick, but a cell reads like many others
+        # ('up', '1', '—', '5.6'): a cell is rendered once per text and look, and another cell
+        # reading the same gets those lines with its own position in their meta (what a click on
+        # it reports), as DataTable would have made them.
+        look = (type(value), getattr(value, "plain", value), getattr(value, "style", None),
+                tuple(getattr(value, "spans", ())), base_style, width, cursor, hover,
+                self._show_hover_cursor, self._pseudo_class_state, self.show_cursor,
+                column_index < self.fixed_columns, self.rows[row_key].height)
+        shared = self._by_look.get(look)
+        if shared is None:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            if len(self._by_look) > 20_000:  # new figures every tick: forget the old looks
+                self._by_look.clear()
+            self._by_look[look] = lines
+        else:
+            here = Style.from_meta({"row": row_index, "column": column_index})
+            lines = [[Segment(seg.text, seg.style.clear_meta_and_links() + here if seg.style else seg.style,
+                              seg.control) for seg in line] for line in shared]
         self._cell_lines[(row_key, column_key)] = (value, sig, lines)
         return lines
 
