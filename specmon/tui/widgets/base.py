@@ -163,6 +163,9 @@ class StyledWidget(Widget):
         if not spans:
             return [Segment(plain, (base + base).rich_style_with_offset(0, y))]
         visual = self.__dict__.setdefault("_specmon_visual", {})  # rich style -> Textual's
+        placed = self.__dict__.setdefault("_specmon_placed", {})  # (style, x, y) -> its rich style there
+        if len(placed) > 4096:
+            placed.clear()
         theme = self.app.ansi_theme
         styles = [base]
         for span in spans:
@@ -188,7 +191,11 @@ class StyledWidget(Widget):
                 if style is None:
                     style = summed[key] = base + VisualStyle.combine([styles[i] for i in key])
                 piece = plain[offset:next_offset]
-                out.append(Segment(piece, style.rich_style_with_offset(x, y)))
+                at = (style, x, y)
+                rich = placed.get(at)
+                if rich is None:  # the same style at the same place: most pieces from one tick to the next
+                    rich = placed[at] = style.rich_style_with_offset(x, y)
+                out.append(Segment(piece, rich))
                 x += len(piece)
         return out
 
