@@ -1,0 +1,86 @@
+"""Chunks stamped with the kernel's receive time (load/client.py _KernelStamped): bytes that
+arrived while the client's event loop was busy keep the time they arrived; with the plain
+transport they are stamped when the loop got to them."""
+
+import asyncio
+import json
+import re
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.workload import Workload
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(n: int, final: bool = False) -> bytes:
+    meta = {"id": "0123abcd", "completion_tokens": n, "prompt_tokens": 8,
+            "finish_reason": {"type": "length"} if final else None}
+    return b"data: " + json.dumps({"text": "x" * n, "output_ids": list(range(n)), "meta_info": meta}).encode() + b"\n\n"
+
+
+def _serve(srv: socket.socket, sent: dict) -> None:
+    """One streamed answer on 127.0.0.1: a first event, then 0.3 s later a second, stamped."""
+    c, _ = srv.accept()
+    with c:
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += c.recv(65536)
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        n = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < n:
+            rest += c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  + _chunk(_event(1)))
+        time.sleep(0.3)
+        sent["t"] = time.perf_counter()
+        c.sendall(_chunk(_event(3, final=True)))
+        c.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        c.recv(1)  # until the client closes
+
+
+def _second_stamp_late_by(kernel: bool) -> float:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    sent: dict = {}
+    threading.Thread(target=_serve, args=(srv, sent), daemon=True).start()
+
+    async def main() -> RequestOutcome:
+        client = GenerateClient(f"http://127.0.0.1:{srv.getsockname()[1]}", max_concurrency=1, kernel_stamps=kernel)
+        assert client.kernel_stamps is kernel
+        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+        task = asyncio.ensure_future(client.generate(Workload(input_len=8).prompt(0), 3, o))
+        while not o.token_events:
+            await asyncio.sleep(0.005)
+        time.sleep(0.8)  # the loop is busy while the second event arrives
+        await task
+        await client.aclose()
+        return o
+
+    try:
+        o = asyncio.run(main())
+    finally:
+        srv.close()
+    assert o.status == "ok", o.error
+    assert [n for _, n in o.token_events] == [1, 2] and o.completion_tokens == 3
+    return o.token_events[1][0] - sent["t"]
+
+
+def test_a_chunk_read_late_keeps_the_time_it_arrived():
+    late = _second_stamp_late_by(kernel=True)
+    assert -0.005 < late < 0.05, late  # the kernel's receive time: microseconds after the send on loopback
+
+
+def test_without_kernel_stamps_the_chunk_is_stamped_when_read():
+    late = _second_stamp_late_by(kernel=False)
+    assert late > 0.2, late  # read once the loop was free again, ~0.5 s after it arrived
