@@ -5,8 +5,10 @@ event that added tokens (with how many: the delta of meta_info.completion_tokens
 speculative chunk counts 4), and end.
 
 The stream runs on a plain asyncio Protocol with h11 for the HTTP/1.1 framing (see _Stream for
-why not httpx): the request is stamped and written in one call, and bytes are stamped in
-data_received, the moment the event loop hands them over. Each event is scanned for
+why not httpx): the request is stamped and written in one call. What a byte's stamp means
+depends on the transport: on Linux over plain TCP (_KernelStamped) it is the time the kernel
+received it (SO_TIMESTAMPNS), whenever the client got round to reading it; over TLS, or
+elsewhere, it is the moment the event loop handed it to data_received. Each event is scanned for
 `"completion_tokens":N` with a byte search, and only the final event (the one holding
 e2e_latency / spec_verify_ct / queue_time) is decoded as JSON. SGLang sends cumulative text in
 every event, so json.loads on each would cost O(n^2) in the output length.
