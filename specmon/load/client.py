@@ -335,9 +335,11 @@ class _Stream(asyncio.Protocol):
 # Linux: SO_TIMESTAMPNS (asm-generic/socket.h; the socket module does not name it) makes recvmsg
 # hand over, with the bytes, the time the kernel received the last of them (CLOCK_REALTIME).
 _SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("qq")
+_unpack_ts = struct.Struct("qq").unpack_from
+_wall = time.time
 _READ_SIZE = 256 * 1024
-KERNEL_STAMPS = sys.platform.startswith("linux")
+# SPECMON_KERNEL_STAMPS=0 turns them off (stamps at the read, uvloop's transport): to compare.
+KERNEL_STAMPS = sys.platform.startswith("linux") and os.environ.get("SPECMON_KERNEL_STAMPS", "1") != "0"
 
 
 class _KernelStamped:
@@ -359,6 +361,7 @@ class _KernelStamped:
         self._fd = sock.fileno()
         self._closing = False
         self._out = bytearray()
+        self._recvmsg = sock.recvmsg
         loop.add_reader(self._fd, self._readable)
 
     def is_closing(self) -> bool:
@@ -395,7 +398,7 @@ class _KernelStamped:
 
     def _readable(self) -> None:
         try:
-            data, anc, _, _ = self._sock.recvmsg(_READ_SIZE, 64)
+            data, anc, _, _ = self._recvmsg(_READ_SIZE, 64)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -406,10 +409,11 @@ class _KernelStamped:
             return
         now = _perf()
         stamp = now
-        for _, kind, raw in anc:
+        if anc:  # one control message: the timestamp
+            _, kind, raw = anc[0]
             if kind == _SO_TIMESTAMPNS and len(raw) >= 16:
-                sec, nsec = _TIMESPEC.unpack_from(raw)
-                ago = time.time() - (sec + nsec * 1e-9)
+                sec, nsec = _unpack_ts(raw)
+                ago = _wall() - (sec + nsec * 1e-9)
                 if ago > 0:
                     stamp = now - ago
         self._p.received(stamp, data)
