@@ -27,6 +27,7 @@ be fuzzed; `detect_gateway` tells a gateway from a plain SGLang server (which ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import time
@@ -106,11 +107,18 @@ def _text(v: Any, most: int = 2048) -> Optional[str]:
     return v[:most] if isinstance(v, str) and v else None
 
 
+# The registry, the loads and the metrics name the same workers on every poll: each URL is read
+# once (pure functions of a string; a bounded cache, so a fleet whose URLs churn cannot grow it).
 def base_url(url: str) -> Optional[str]:
     """`http://h:p` of a registry URL (`http://h:p/`, `http://h:p@3` under --dp-aware); None when
     it is not an http(s) URL with a host."""
     if not isinstance(url, str) or not url or len(url) > 2048 or not url.isprintable():
         return None
+    return _base_url(url)
+
+
+@functools.lru_cache(maxsize=8192)
+def _base_url(url: str) -> Optional[str]:
     head, at, rank = url.rpartition("@")
     if at and rank.isdigit() and "://" in head:
         url = head
@@ -125,6 +133,7 @@ def base_url(url: str) -> Optional[str]:
     return f"{u.scheme}://{netloc}" + (f":{port}" if port else "")
 
 
+@functools.lru_cache(maxsize=8192)
 def worker_name(url: str) -> str:
     """The arm name of a worker: host:port of its URL."""
     u = urlsplit(url)
@@ -423,9 +432,13 @@ class _Http:
         self.transport = transport
         self.client = _client(url, timeout_s, transport)
         self._lean: dict[tuple[str, int], http.LeanClient] = {}
+        self._targets: dict[str, Optional[tuple[str, int, str]]] = {}  # url -> lean_target(url), asked once
 
     async def get(self, url: str, headers: dict, max_bytes: int) -> tuple[Optional[int], bytes, str]:
-        target = lean_target(url) if self.transport is None else None
+        try:
+            target = self._targets[url]
+        except KeyError:
+            target = self._targets[url] = lean_target(url) if self.transport is None else None
         if target is None:
             return await _get(self.client, url, headers, max_bytes)
         host, port, path = target
