@@ -1,7 +1,8 @@
 """LiveSession: the one orchestrator behind both front ends (Textual app and headless printer).
 
-Every tick (default 1 s) it scrapes all arms concurrently, reads NVML and psutil in a worker
-thread and emits one SamplesTick for all arms. A scrape that has not answered by the tick's
+Every tick (default 1 s) it scrapes all arms concurrently (a gateway's many workers in turn:
+FLEET_SCRAPE_EVERY_S below), reads NVML and psutil in a worker thread and emits one SamplesTick
+for all arms. A scrape that has not answered by the tick's
 deadline does not hold the tick back: that arm gets a "timeout" Sample for this tick, and the
 scrape's answer, when it comes, is used on a later tick. A scrape that fails in any way is that
 arm's state for the tick, never the session's end.
