@@ -184,6 +184,7 @@ class FleetTable(DataTable):
         self._shown: list[str] = []  # the column keys the table holds
         self._cell_lines: dict[tuple, tuple] = {}  # (row key, column key) -> (value, signature, lines)
         self._by_look: dict[tuple, list] = {}  # a cell's text and look -> its rendered lines
+        self._row_lines: dict[int, tuple] = {}  # y -> (the row's cells, signature, its Strip)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.redraw)  # the columns that fit the new width
@@ -285,8 +286,33 @@ class FleetTable(DataTable):
         self._cell_lines[(row_key, column_key)] = (value, sig, lines)
         return lines
 
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style):
+        """DataTable renders a line again whenever any cell of the table changed (its line cache
+        is keyed on the same counter as its cells): with 64 workers, every visible row every
+        tick. A row's line is kept here while the row holds the same cell objects (redraw
+        replaces only the cells that changed) and nothing else the line depends on moved."""
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return super()._render_line(y, x1, x2, base_style)
+        if row_key is self._header_row_key or row_key not in self._data:
+            return super()._render_line(y, x1, x2, base_style)
+        cells = tuple(self._data[row_key].values())
+        sig = (x1, x2, self.size.width, self.cursor_coordinate, self.hover_coordinate, base_style, self.cursor_type,
+               self._show_hover_cursor, self._pseudo_class_state, self.show_cursor, row_key, line_no,
+               self._row_locations.get(row_key), tuple(c.get_render_width(self) for c in self.ordered_columns),
+               self.fixed_columns)
+        kept = self._row_lines.get(y)
+        if kept is not None and kept[1] == sig and len(kept[0]) == len(cells) and all(
+                a is b for a, b in zip(kept[0], cells)):
+            return kept[2]
+        strip = super()._render_line(y, x1, x2, base_style)
+        self._row_lines[y] = (cells, sig, strip)
+        return strip
+
     def clear(self, columns: bool = False):
         self._cell_lines.clear()
+        self._row_lines.clear()
         return super().clear(columns)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
