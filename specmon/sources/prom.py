@@ -152,7 +152,7 @@ class MetricsSnapshot:
         key = _bucket_key(rows[0][0])[0]
         buckets = []
         for lab, v in rows:
-            k, bound = _bucket_key(lab)
+            k, bound, _ = _bucket_key(lab)
             if bound is not None and k == key:
                 buckets.append((bound, v))
         buckets.sort()
@@ -355,6 +355,11 @@ def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
 def _pick_rank0(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
     if len(rows) < 2:
         return rows
+    for lab, _ in rows:
+        if not _bucket_key(lab)[2]:
+            break
+    else:
+        return rows  # every row is rank 0's (or has no rank): nothing to pick
     for label in _RANK_LABELS:
         for lab, _ in rows:
             if label in lab:
@@ -365,20 +370,22 @@ def _pick_rank0(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str
     return rows
 
 
-# label set (its items, in order) -> (the set without `le`, sorted; le's bound or None without le):
-# a histogram's rows are read once per scrape and per window base, their label sets every time
-_BUCKET_KEYS: dict[tuple, tuple[tuple, Optional[float]]] = {}
+# label set (its items, in order) -> (the set without `le`, sorted; le's bound or None without le;
+# whether every rank label it has is "0"): a histogram's rows are read once per scrape and per
+# window base, their label sets every time
+_BUCKET_KEYS: dict[tuple, tuple[tuple, Optional[float], bool]] = {}
 _BUCKET_KEYS_MAX = 50_000
 
 
-def _bucket_key(labels: dict[str, str]) -> tuple[tuple, Optional[float]]:
+def _bucket_key(labels: dict[str, str]) -> tuple[tuple, Optional[float], bool]:
     items = tuple(labels.items())
     try:
         return _BUCKET_KEYS[items]
     except KeyError:
         pass
     le = labels.get("le")
-    got = (_key_without(labels, "le"), _le(le) if le is not None else None)
+    got = (_key_without(labels, "le"), _le(le) if le is not None else None,
+           all(labels.get(k) in ("0", None) for k in _RANK_LABELS))
     if len(_BUCKET_KEYS) >= _BUCKET_KEYS_MAX:
         _BUCKET_KEYS.clear()
     _BUCKET_KEYS[items] = got
