@@ -41,6 +41,7 @@ from simproc import start_sim  # noqa: E402
 from specmon.session.ramp import RampDriver  # noqa: E402
 from specmon.model import ArmSpec, RampPlan  # noqa: E402
 from specmon.session.live import LiveSession  # noqa: E402
+from specmon.load.client import KERNEL_STAMPS as kernel_stamps  # noqa: E402
 
 
 def _load_wire(path: Path) -> dict[str, dict]:
@@ -139,7 +140,10 @@ def main() -> int:
     print(f"  client: stamp -> request in the kernel     {q(send_cost, .5):>8} / {q(send_cost, .99)}   (specmon's cost)")
     print(f"  server: kernel -> its app sees the request {q(intake, .5):>8} / {q(intake, .99)}   (its event loop "
           "writing the last pass's chunks; in the truth)")
-    print(f"  client: first body on the socket -> stamp  {q(deliver, .5):>8} / {q(deliver, .99)}   (specmon's cost)")
+    # With kernel stamps (Linux, plain TCP) the client's stamp is when its kernel received the
+    # bytes, which can come before the simulator's own stamp (taken once its write returned).
+    how = "kernel receive time: may precede the sim's stamp" if kernel_stamps else "specmon's cost"
+    print(f"  client: first body on the socket -> stamp  {q(deliver, .5):>8} / {q(deliver, .99)}   ({how})")
     print(f"the server's HTTP layer beyond SGLang's own stamps, mean: {(mean(w_ttft) - mean(s_ttft)) * 1000:.1f} ms "
           f"of TTFT, {(mean(w_e2e) - mean(s_e2e)) * 1000:.1f} ms of e2e")
     wall_span = c_span / scale
