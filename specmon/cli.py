@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from specmon import __version__
 from specmon.errors import ServerError, UsageError
-from specmon.plan import (
+from specmon.bounds import (
     ARRIVALS, MAX_BURSTINESS, MAX_LEVEL, MAX_PREFIX_GROUPS, MAX_RATE, MAX_TURNS, check_category, check_count,
     check_levels, check_positive, check_rates, check_seconds, check_seed, check_share, check_tokens, MAX_INTERVAL_S,
 )

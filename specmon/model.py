@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-# Validated where it is built (command line, layout, demo overrides): see plan.py. Re-exported here
-# for `from specmon.model import RampPlan` and the events that carry a plan.
-from specmon.plan import RampPlan  # noqa: F401
+if TYPE_CHECKING:
+    from specmon.plan import RampPlan
+
+
+def __getattr__(name: str) -> Any:
+    # The ramp plan (validated where it is built: see plan.py) is reached through this module for
+    # `from specmon.model import RampPlan` and the events that carry one, but imported only when
+    # asked for: its pydantic model costs ~0.2 s at start-up, and attach never builds a plan.
+    if name == "RampPlan":
+        from specmon.plan import RampPlan
+        return RampPlan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # --------------------------------------------------------------------------------------------
 # Static description of one server ("arm")

@@ -6,16 +6,16 @@ here once: a plan that exists is a plan within bounds, so nothing downstream has
 level, a length or a duration (a `--levels 100000000` or an `--input-len 1e11` is one line and
 exit 2 here, not memory growing until the machine kills the process).
 
-The checks are plain functions too (`check_levels`, `check_tokens`, `check_seconds`, ...): the
-command line uses them as argparse types for flags that are not in the plan (`--interval`,
-`--duration`, `--speed`, `--isl`), so those follow the same rules with the same words.
+The checks are plain functions in bounds.py (`check_levels`, `check_tokens`, `check_seconds`,
+...), re-exported here: the command line uses them as argparse types for flags that are not in
+the plan (`--interval`, `--duration`, `--speed`, `--isl`), so those follow the same rules with
+the same words.
 
 It is a pydantic dataclass (not a BaseModel): still a dataclass to `dataclasses.asdict`,
 `dataclasses.fields` and `dataclasses.replace` (which validates again), as session/ reads it.
 Assignments are validated too.
 """
 
-import math
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -24,134 +24,13 @@ from pydantic.dataclasses import dataclass
 
 from specmon.errors import UsageError
 
-MAX_LEVEL = 100_000  # offered concurrency of one level: streams per arm
-MAX_LEVEL_COUNT = 1_000  # levels in one ramp
-MAX_TOKENS = 1_000_000  # prompt or output tokens of one request
-MAX_REQUESTS_PER_LEVEL = 10_000_000
-MAX_SECONDS = 30 * 86_400  # any duration: a level, a whole session, a timeout, an SLO
-MAX_INTERVAL_S = 3_600.0  # between two scrapes
-MAX_SEED = 2**63
-CATEGORIES = ("low_entropy", "mixed", "high_entropy")  # SPEED-Bench throughput categories
-DEFAULT_LEVEL_DURATION_S = 60.0
-MAX_PREFIX_GROUPS = 100_000  # system prompts of a shared-prefix workload
-MAX_ZIPF = 10.0
-MAX_TURNS = 100  # turns of one conversation
-MAX_RATE = 100_000.0  # requests per second offered to one arm
-ARRIVALS = ("poisson", "constant", "gamma")
-MAX_BURSTINESS = 100.0
-DEFAULT_ATTAINMENT = 0.9  # the SLO search's target (and the SLO knee's): DistServe's 90 %
-DEFAULT_SEARCH_MAX_LEVEL = 1024  # concurrency; a rate search goes to its start x this at most
-
-
-# --------------------------------------------------------------------------------------------
-# The checks (ValueError with the words after "FLAG: " or "file: key: ")
-
-
-def _number(v: Any, what: str) -> Any:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"expected {what}, got {v!r}")
-    return v
-
-
-def check_levels(levels: Any) -> list[int]:
-    if not isinstance(levels, (list, tuple)) or not levels or any(
-            isinstance(c, bool) or not isinstance(c, int) or c <= 0 for c in levels):
-        raise ValueError(f"expected a non-empty list of positive concurrency levels, got {_short(levels)}")
-    if len(levels) > MAX_LEVEL_COUNT:
-        raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(levels):,}")
-    big = next((c for c in levels if c > MAX_LEVEL), None)
-    if big is not None:
-        raise ValueError(f"expected concurrency levels of at most {MAX_LEVEL:,} streams per arm, got {big}")
-    return list(levels)
-
-
-def check_tokens(n: Any) -> int:
-    _number(n, "a token count")
-    if not isinstance(n, int) or not 1 <= n <= MAX_TOKENS:
-        raise ValueError(f"expected a token count from 1 to {MAX_TOKENS:,}, got {_short(n)}")
-    return n
-
-
-def check_count(n: Any, most: int = MAX_REQUESTS_PER_LEVEL) -> int:
-    _number(n, "a count")
-    if not isinstance(n, int) or not 1 <= n <= most:
-        raise ValueError(f"expected a count from 1 to {most:,}, got {_short(n)}")
-    return n
-
-
-def check_seconds(s: Any, *, zero_ok: bool = False, most: float = MAX_SECONDS) -> float:
-    """Finite seconds, > 0 (>= 0 with zero_ok), at most `most`: never nan or inf."""
-    _number(s, "a number of seconds")
-    s = float(s)
-    low_ok = s >= 0 if zero_ok else s > 0
-    if not math.isfinite(s) or not low_ok or s > most:
-        low = ">= 0" if zero_ok else "> 0"
-        raise ValueError(f"expected a finite number of seconds {low} and at most {_num(most)}, got {s!r}")
-    return s
-
-
-def check_positive(x: Any, most: float = 1e9) -> float:
-    """A finite number > 0 (a speed, a price, a tok/s target)."""
-    _number(x, "a number")
-    x = float(x)
-    if not math.isfinite(x) or not 0 < x <= most:
-        raise ValueError(f"expected a finite number > 0 and at most {_num(most)}, got {x!r}")
-    return x
-
-
-def check_seed(seed: Any) -> int:
-    _number(seed, "an integer seed")
-    if not isinstance(seed, int) or not -MAX_SEED < seed < MAX_SEED:
-        raise ValueError(f"expected an integer seed of at most 63 bits, got {_short(seed)}")
-    return seed
-
-
-def check_rates(rates: Any) -> list[float]:
-    if not isinstance(rates, (list, tuple)) or not rates or any(
-            isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0 for r in rates):
-        raise ValueError(f"expected a non-empty list of request rates > 0 (requests per second), got {_short(rates)}")
-    if len(rates) > MAX_LEVEL_COUNT:
-        raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(rates):,}")
-    big = next((r for r in rates if r > MAX_RATE), None)
-    if big is not None:
-        raise ValueError(f"expected rates of at most {_num(MAX_RATE)} requests per second per arm, got {big:g}")
-    return [float(r) for r in rates]
-
-
-def check_arrival(arrival: Any) -> str:
-    if arrival not in ARRIVALS:
-        raise ValueError(f"expected {', '.join(ARRIVALS[:-1])} or {ARRIVALS[-1]}, got {_short(arrival)}")
-    return arrival
-
-
-def check_share(x: Any) -> float:
-    """A proportion strictly between 0 and 1 (an SLO attainment target)."""
-    _number(x, "a number")
-    x = float(x)
-    if not math.isfinite(x) or not 0 < x < 1:
-        raise ValueError(f"expected a number between 0 and 1 (e.g. 0.9), got {x!r}")
-    return x
-
-
-def check_category(category: Optional[str]) -> Optional[str]:
-    if category is not None and category not in CATEGORIES:
-        raise ValueError(f"expected {', '.join(CATEGORIES[:-1])} or {CATEGORIES[-1]}, got {category!r}")
-    return category
-
-
-def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def check_zipf(v: Any) -> float:
-    if not math.isfinite(v) or not 0 <= v <= MAX_ZIPF:
-        raise ValueError(f"expected a Zipf exponent from 0 (uniform) to {MAX_ZIPF:g}, got {v!r}")
-    return v
+from specmon.bounds import (  # noqa: F401  (re-exported: the plan's bounds and checks)
+    MAX_LEVEL, MAX_LEVEL_COUNT, MAX_TOKENS, MAX_REQUESTS_PER_LEVEL, MAX_SECONDS, MAX_INTERVAL_S,
+    MAX_SEED, CATEGORIES, DEFAULT_LEVEL_DURATION_S, MAX_PREFIX_GROUPS, MAX_ZIPF, MAX_TURNS,
+    MAX_RATE, ARRIVALS, MAX_BURSTINESS, DEFAULT_ATTAINMENT, DEFAULT_SEARCH_MAX_LEVEL,
+    check_levels, check_tokens, check_count, check_seconds, check_positive, check_seed,
+    check_rates, check_arrival, check_share, check_category, _short, check_zipf,
+)
 
 
 # --------------------------------------------------------------------------------------------

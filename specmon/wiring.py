@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from specmon.errors import ServerError, UsageError
-from specmon.model import ArmSpec, RampPlan
+from specmon.model import ArmSpec
 from specmon.session.folder import public_url
 from specmon.session.source import SessionSource
 from specmon.urls import is_loopback, normalize_url
@@ -36,6 +36,7 @@ from specmon.urls import is_loopback, normalize_url
 if TYPE_CHECKING:
     from specmon.exporter import Exporter
     from specmon.load.workload import Workload
+    from specmon.plan import RampPlan
     from specmon.servers.layout import Layout
     from specmon.session.live import LiveSession
     from specmon.session.ramp import RampDriver

@@ -97,7 +97,9 @@ def event_types() -> dict[str, type]:
 
 @lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    # model.py imports the plan's model only when asked (it is slow to import): its name is
+    # given here for the events whose annotations say RampPlan.
+    return typing.get_type_hints(cls, localns={"RampPlan": model.RampPlan})
 
 
 def to_plain(v: Any) -> Any:
