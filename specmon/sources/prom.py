@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from prometheus_client.parser import text_string_to_metric_families
 
 _PREFIXES = ("sglang:", "sglang_")
 # What the (pure Python, ~35 us a line) parser is handed at most (the plain lines' fast path is
@@ -179,6 +178,10 @@ Series = dict[str, list[tuple[dict[str, str], float]]]
 
 def slow_series(text: str) -> Series:
     """Every sample of an exposition text by bare name, read by prometheus_client's parser."""
+    # Imported here: only bodies the fast paths cannot read come this way, and prometheus_client
+    # (with http.server behind it) is ~50 ms of every start-up otherwise.
+    from prometheus_client.parser import text_string_to_metric_families
+
     series: Series = {}
     try:
         for family in text_string_to_metric_families(text):
