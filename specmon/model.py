@@ -276,7 +276,7 @@ class Sample:
     worker: Optional[str] = None  # the worker's URL or id; None for a plain server
     role: Optional[str] = None  # regular | prefill | decode
     ranks: Optional[list[RankReading]] = None  # one per DP rank when the server exports them
-    stale_s: Optional[float] = None  # fleets: age of the newest value behind this row (a Prometheus series, a gateway worker scraped in turn)
+    stale_s: Optional[float] = None  # fleets: age of the newest value behind this row (series, turn)
     cache_hit_rate: Optional[float] = None  # prefix-cache hits / prompt tokens over a window (Prometheus fleets)
 
 
