@@ -32,10 +32,13 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
-import httpx
+# httpx (~0.16 s to import) is imported where it is used: the lean client (sources/http.py) does
+# the plain-http scrapes, httpx only TLS, proxies and injected transports.
+if TYPE_CHECKING:
+    import httpx
 
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
 from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name, plain_sample
@@ -378,8 +381,8 @@ def is_sglang_metrics(text: str) -> bool:
 
 def _loopback(url: str) -> bool:
     try:
-        host = httpx.URL(url).host.lower()
-    except Exception:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
         return False
     if host in ("localhost",) or host.endswith(".localhost"):
         return True
@@ -392,6 +395,8 @@ def _loopback(url: str) -> bool:
 
 
 def _client(url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None) -> httpx.AsyncClient:
+    import httpx
+
     # As the workers' collector: a proxy from the environment is never used for a loopback address.
     if _loopback(url):
         return httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False, trust_env=False,
@@ -403,6 +408,8 @@ def _client(url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTrans
 async def _get(client: httpx.AsyncClient, url: str, headers: dict, max_bytes: int) -> tuple[Optional[int], bytes, str]:
     """GET url: (status, body, problem). status None when nothing answered; the body is read
     (streaming, up to max_bytes) for 200 and 503 answers only."""
+    import httpx
+
     try:
         async with client.stream("GET", url, headers=headers) as r:
             if r.status_code not in (200, 503):

@@ -48,10 +48,13 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Optional, Sequence
 from urllib.parse import urlsplit
 
-import httpx
+# httpx (~0.16 s to import) is imported when a Prometheus fleet is read, not at every start.
+if TYPE_CHECKING:
+    import httpx
+
 import yaml
 
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
@@ -712,6 +715,8 @@ class _Api:
     def __init__(self, base: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None):
         self.base, self.timeout_s = base, timeout_s
         self.requests = 0
+        import httpx
+
         if is_loopback(base):  # a proxy from the environment cannot reach this machine's loopback
             self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=False,
                                             follow_redirects=False)
@@ -730,6 +735,8 @@ class _Api:
             raise PromQueryError(f"no complete answer within {self.timeout_s:g} s", "timeout") from None
 
     async def _get(self, url: str, params: Optional[dict[str, str]]) -> Any:
+        import httpx
+
         try:
             async with self.client.stream("GET", url, params=params) as r:
                 body = bytearray()

@@ -23,10 +23,13 @@ import math
 import os
 import time
 import urllib.request
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
 
-import httpx
+# httpx (~0.16 s to import) is imported where it is used: the lean client (sources/http.py) does
+# the plain-http scrapes, httpx only TLS, proxies and injected transports.
+if TYPE_CHECKING:
+    import httpx
 
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
@@ -88,8 +91,8 @@ def _mib(n: int) -> str:
 def _is_loopback_url(url: str) -> bool:
     """True for http(s)://127.x.x.x, [::1] and localhost."""
     try:
-        host = httpx.URL(url).host.lower()
-    except Exception:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
         return False
     if host == "localhost" or host.endswith(".localhost"):
         return True
@@ -151,6 +154,8 @@ def shared_ssl_context():
     as httpx honours them). httpx makes one per client otherwise, and loading the CA bundle holds
     the event loop ~0.15 s on a 2-core machine: 12 workers joining a fleet held one tick ~2 s."""
     if not _SSL_CONTEXT:
+        import httpx
+
         _SSL_CONTEXT.append(httpx.create_ssl_context(trust_env=True))
     return _SSL_CONTEXT[0]
 
@@ -249,6 +254,8 @@ class ArmCollector:
             host, port, self._prefix = target
             self._lean = http.LeanClient(host, port, timeout_s)
             return
+        import httpx
+
         try:
             # A proxy from the environment (HTTP_PROXY, ALL_PROXY...) is never used for a loopback
             # server: it cannot reach this host's 127.0.0.1 and would be handed the bearer key.
@@ -290,6 +297,8 @@ class ArmCollector:
         stops it past `max_bytes` (counted after any Content-Encoding is undone)."""
         if self._lean is not None:
             return await self._lean_get(path, max_bytes)
+        import httpx
+
         url = self.base + path
         if self._client is None:
             raise _Failure("error", self._client_problem or "no HTTP client")
