@@ -165,6 +165,26 @@ def tree(p: psutil.Process) -> list[psutil.Process]:
     return []
 
 
+def start_profile(args, case: str, root: psutil.Process, tmp: Path) -> Optional[subprocess.Popen]:
+    """With --profile: py-spy samples the specmon process over the measured window (100 Hz, without
+    stopping it; py-spy's own CPU is outside the measured tree), raw stacks into TMP/CASE.pyspy."""
+    if not args.profile:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    target = next((q for q in [root, *root.children(recursive=True)] if "python" in q.name().lower()), root)
+    out = tmp / f"{case}.pyspy"
+    print(f"{case}: py-spy on pid {target.pid} -> {out}", file=sys.stderr)
+    return subprocess.Popen([spy, "record", "-p", str(target.pid), "-d", f"{args.seconds:.0f}", "-r", "100",
+                             "--nonblocking", "-f", "raw", "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def end_profile(spy: Optional[subprocess.Popen]) -> None:
+    if spy is not None:
+        with suppress(subprocess.TimeoutExpired):
+            spy.wait(30)
+
+
 def tree_cpu(procs: list[psutil.Process]) -> float:
     total = 0.0
     for q in procs:
@@ -234,6 +254,7 @@ def measure_tui(case: str, what: str, cmd: list[str], args, *, first: Optional[s
         server = psutil.Process(t.server_pid())
         time.sleep(args.warm)
         procs = tree(root)
+        spy = start_profile(args, case, root, tmp)
         c0, s0, w0 = tree_cpu(procs), tree_cpu([server]), time.monotonic()
         rss = []
         end = w0 + args.seconds
@@ -242,6 +263,7 @@ def measure_tui(case: str, what: str, cmd: list[str], args, *, first: Optional[s
             time.sleep(min(1.0, max(end - time.monotonic(), 0.0)))
         procs = tree(root)
         c1, s1, w1 = tree_cpu(procs), tree_cpu([server]), time.monotonic()
+        end_profile(spy)
         rss.append(tree_rss(procs))
         (tmp / f"{case}-screen.txt").write_text(t.capture())
         t.keys(quit_key)
@@ -263,12 +285,14 @@ def measure_headless(case: str, what: str, cmd: list[str], args, tmp: Path) -> R
         wait_until(f"{case}: a first line", lambda: (tmp / f"{case}.out").stat().st_size > 0, args.paint_timeout)
         first = time.monotonic() - t0
         time.sleep(args.warm)
+        spy = start_profile(args, case, root, tmp)
         c0, w0 = tree_cpu(tree(root)), time.monotonic()
         rss = []
         while time.monotonic() < w0 + args.seconds:
             rss.append(tree_rss(tree(root)))
             time.sleep(1.0)
         c1, w1 = tree_cpu(tree(root)), time.monotonic()
+        end_profile(spy)
         if p.poll() is not None:
             raise RuntimeError(f"{case}: exited {p.returncode}: {(tmp / f'{case}.out').read_text()[-2000:]}")
         return Result(case, what, (c1 - c0) / (w1 - w0), None, max(rss), rss[-1], None, first)
@@ -440,6 +464,8 @@ def main() -> int:
     ap.add_argument("--paint-timeout", type=float, default=60.0)
     ap.add_argument("--no-gateway", action="store_true", help="the fleet as 64 URLs even when smg is installed")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (screens, sessions)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy the TUI over each measured window (raw stacks in the kept folder; implies --keep)")
     args = ap.parse_args()
     try:
         w, h = (int(x) for x in args.size.lower().split("x"))
@@ -462,7 +488,7 @@ def main() -> int:
             print(f"  cpu {r.cpu * 100:.1f}%  rss {r.rss_max / 2**20:.0f} MiB  first figures {fmt_s(r.figures_s)} s",
                   flush=True)
     finally:
-        if args.keep:
+        if args.keep or args.profile:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
