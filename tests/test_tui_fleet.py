@@ -140,3 +140,42 @@ async def test_the_fleet_table_follows_new_ticks_in_place(tmp_path):
         assert str(table.get_row_at(0)[6]) == "5000"
         assert table.selected_arm() == "w5"  # the cursor followed its worker to row 3
         assert table.get_row_at(3)[2] is role_cell  # unchanged: the object the table already held
+
+
+async def test_a_row_drawn_from_its_kept_cells_is_the_row_datatable_draws(tmp_path):
+    """The table re-renders only the cells of a row that changed (every row's age moves every
+    tick): after ticks that change some cells, and with the cursor moved, each line on screen is
+    segment for segment (text, colours, the meta a click reports) what rendering it afresh gives."""
+    import dataclasses
+
+    folder = write_fleet(tmp_path / "s", [8])
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_end(app, pilot)
+        await pilot.pause()
+        table = app.query_one(FleetTable)
+        table.focus()
+
+        def lines():
+            table._pseudo_class_state = table.get_pseudo_class_state()
+            return [list(table.render_line(y)) for y in range(table.size.height)]
+
+        for k in range(3):
+            table.move_cursor(row=k + 1)
+            await pilot.pause()
+            lines()  # drawn with the cursor here; the tick below changes cells only
+            ts = T0 + 20 + k
+            samples = [dataclasses.replace(app.state.arm(n).last, ts=ts, stale_s=float((k + i) % 3),
+                                           queued_reqs=k if i % 2 else 0)
+                       for i, n in enumerate(app.state.arm_names())]
+            app.emit(SamplesTick(samples=samples, fleets=list(app.state.fleets), ts=ts))
+            await pilot.pause()
+            kept = lines()
+            assert table._row_cells  # the rows were drawn from kept cells
+            table._row_cells.clear()
+            table._row_lines.clear()
+            table._cell_lines.clear()
+            table._by_look.clear()
+            table._update_count += 1  # and DataTable's own caches of lines, rows and cells
+            assert lines() == kept
+            assert any("1 s" in "".join(s.text for s in line) for line in kept)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from specmon.analysis.ranks import RankImbalance, rank_imbalance
@@ -135,26 +137,42 @@ def row_values(arm: ArmState, active: Optional[int]) -> dict[str, object]:
     }
 
 
+_TEXTS: dict[tuple[str, str], Text] = {}
+
+
+def _text(plain: str, style: str = "") -> Text:
+    """One Text per reading and style, shared by every cell that reads the same: the table asks
+    for 64 rows x 13 cells a tick, most of them what they read a tick before (or what another row
+    reads), and building them anew was most of what redrawing the table cost. (Never mutated:
+    the table only reads its cells.)"""
+    t = _TEXTS.get((plain, style))
+    if t is None:
+        if len(_TEXTS) > 20_000:  # figures move: forget the old ones now and then
+            _TEXTS.clear()
+        t = _TEXTS[(plain, style)] = Text(plain, style=style)
+    return t
+
+
 def row_cells(v: dict[str, object]) -> list[Text]:
     im = v["ranks"]
     if im is None:
-        ranks = Text("—")
+        ranks = _text("—")
     else:
         figure = _num(im.running_max_over_mean, "{:.1f}x")
-        ranks = Text(f"⚠ {figure} {im.callout}" if im.callout else f"{figure} ({im.ranks} ranks)",
+        ranks = _text(f"⚠ {figure} {im.callout}" if im.callout else f"{figure} ({im.ranks} ranks)",
                      style="bold" if im.callout else "")
     state = str(v["state"])
     return [
-        Text(str(v["worker"]), style="bold"),
-        Text(state.upper() if state != "up" else "up", style="" if state == "up" else "bold reverse"),
-        Text(str(v["role"]) or "—"),
-        Text(_num(v["running"], "{:d}")), Text(_num(v["queued"], "{:d}")),
-        Text(_num(None if v["kv"] is None else v["kv"] * 100, "{:.1f}")),
-        Text(_num(v["tok_s"], "{:.0f}")),
-        Text(fmt.secs(v["ttft_p50"]) if v["ttft_p50"] is not None else "—"),
-        Text(fmt.secs(v["ttft_p99"]) if v["ttft_p99"] is not None else "—"),
-        Text(_num(v["accept"], "{:.2f}")), Text(_num(v["active"], "{:d}")), ranks,
-        Text(_num(v["stale"], "{:.0f} s")),
+        _text(str(v["worker"]), style="bold"),
+        _text(state.upper() if state != "up" else "up", style="" if state == "up" else "bold reverse"),
+        _text(str(v["role"]) or "—"),
+        _text(_num(v["running"], "{:d}")), _text(_num(v["queued"], "{:d}")),
+        _text(_num(None if v["kv"] is None else v["kv"] * 100, "{:.1f}")),
+        _text(_num(v["tok_s"], "{:.0f}")),
+        _text(fmt.secs(v["ttft_p50"]) if v["ttft_p50"] is not None else "—"),
+        _text(fmt.secs(v["ttft_p99"]) if v["ttft_p99"] is not None else "—"),
+        _text(_num(v["accept"], "{:.2f}")), _text(_num(v["active"], "{:d}")), ranks,
+        _text(_num(v["stale"], "{:.0f} s")),
     ]
 
 
@@ -185,6 +203,9 @@ class FleetTable(DataTable):
         self._cell_lines: dict[tuple, tuple] = {}  # (row key, column key) -> (value, signature, lines)
         self._by_look: dict[tuple, list] = {}  # a cell's text and look -> its rendered lines
         self._row_lines: dict[int, tuple] = {}  # y -> (the row's cells, signature, its Strip)
+        self._row_cells: dict[tuple, tuple] = {}  # (row key, line) -> (signature, cells, fixed, scrollable)
+        self._here: dict[tuple, Style] = {}  # (row, column, base style) -> the meta a click there reports
+        self._frame_styles: dict = {}  # the styles of the frame being drawn (render_lines)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.redraw)  # the columns that fit the new width
@@ -268,23 +289,118 @@ class FleetTable(DataTable):
         # With the load moving, most figures change every tick, but a cell reads like many others
         # ('up', '1', '—', '5.6'): a cell is rendered once per text and look, and another cell
         # reading the same gets those lines with its own position in their meta (what a click on
-        # it reports), as DataTable would have made them.
-        look = (type(value), getattr(value, "plain", value), getattr(value, "style", None),
-                tuple(getattr(value, "spans", ())), base_style, width, cursor, hover,
-                self._show_hover_cursor, self._pseudo_class_state, self.show_cursor,
+        # it reports), as DataTable would have made them. A new figure of one style, no spans and
+        # as many cells as characters lays out as any other of its length does (left in its
+        # column after the padding): its lines are those of a figure seen before with the text
+        # put in its place, not rendered through the console again (~0.3 ms a cell, and the
+        # scraped workers bring new figures every tick).
+        plain = getattr(value, "plain", None)
+        by_length = (isinstance(value, Text) and not value.spans and bool(plain) and "\n" not in plain
+                     and value.justify is None and cell_len(plain) == len(plain))
+        look = (type(value), by_length, len(plain) if by_length else getattr(value, "plain", value),
+                getattr(value, "style", None), tuple(getattr(value, "spans", ())), base_style, width, cursor,
+                hover, self._show_hover_cursor, self._pseudo_class_state, self.show_cursor,
                 column_index < self.fixed_columns, self.rows[row_key].height)
         shared = self._by_look.get(look)
-        if shared is None:
+        lines = None
+        if shared is not None:
+            seen, seen_plain = shared
+            # the meta DataTable gives the cell: its base style's (the fixed column's 'fixed')
+            # and the cell's place; built once per place (a meta style costs more than the rest)
+            here = self._here.get((row_index, column_index, base_style))
+            if here is None:
+                here = self._here[(row_index, column_index, base_style)] = Style.from_meta(
+                    {**base_style.meta, "row": row_index, "column": column_index})
+            if seen_plain == plain:
+                lines = [[Segment(seg.text, seg.style.clear_meta_and_links() + here if seg.style else seg.style,
+                                  seg.control) for seg in line] for line in seen]
+            else:
+                full = "".join(seg.text for seg in seen[0]) if len(seen) == 1 else ""
+                at = self.cell_padding
+                if full[at:at + len(plain)] == seen_plain:
+                    text, lines, x = full[:at] + plain + full[at + len(plain):], [[]], 0
+                    for seg in seen[0]:
+                        n = len(seg.text)
+                        lines[0].append(Segment(text[x:x + n], seg.style.clear_meta_and_links() + here
+                                                if seg.style else seg.style, seg.control))
+                        x += n
+                else:
+                    lines = None
+        if lines is None:
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             if len(self._by_look) > 20_000:  # new figures every tick: forget the old looks
                 self._by_look.clear()
-            self._by_look[look] = lines
-        else:
-            here = Style.from_meta({"row": row_index, "column": column_index})
-            lines = [[Segment(seg.text, seg.style.clear_meta_and_links() + here if seg.style else seg.style,
-                              seg.control) for seg in line] for line in shared]
+            self._by_look[look] = (lines, plain)
         self._cell_lines[(row_key, column_key)] = (value, sig, lines)
         return lines
+
+    def _render_line_in_row(self, row_key, line_no: int, base_style: Style, cursor_location, hover_location):
+        """A row's rendered cells, DataTable's way, with only the cells that changed rendered
+        again: every row's age moves every tick, and rendering a whole row for it (13 cells, the
+        row's styles looked up again) was most of what the table cost. The rest of the row is
+        kept while nothing it depends on (its place, cursor, hover, widths, focus) moved."""
+        if (row_key is self._header_row_key or row_key not in self._data or self._labelled_row_exists
+                or self.cursor_type != "row"):
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        columns = self.ordered_columns
+        row_index = self._row_locations.get(row_key)
+        widths = tuple(c.get_render_width(self) for c in columns)
+        # a whole row's cursor: every cell of the row is highlighted, or none (where the cursor
+        # is on another row matters not, so moving it leaves the other rows' cells kept)
+        cursor = self._should_highlight(cursor_location, Coordinate(row_index, 0), "row")
+        hover = self._should_highlight(hover_location, Coordinate(row_index, 0), "row")
+        sig = (base_style, row_index, cursor, hover, self.show_cursor, self._show_hover_cursor,
+               self._pseudo_class_state, widths, self.size.width, self.fixed_columns)
+        data = self._data[row_key]
+        cells = [data[c.key] for c in columns]
+        kept = self._row_cells.get((row_key, line_no))
+        if kept is None or kept[0] != sig or len(kept[1]) != len(cells):
+            fixed, scrollable = super()._render_line_in_row(row_key, line_no, base_style, cursor_location,
+                                                            hover_location)
+            self._row_cells[(row_key, line_no)] = (sig, cells, fixed, scrollable)
+            return fixed, scrollable
+        _, was, fixed, scrollable = kept
+        changed = [i for i, (a, b) in enumerate(zip(was, cells)) if a is not b]
+        if not changed:
+            return fixed, scrollable
+        fixed, scrollable = list(fixed), list(scrollable)
+        row_style = self._get_row_style(row_index, base_style)
+        fixed_style = None
+        for i in changed:
+            scrollable[i] = self._render_cell(row_index, i, row_style, widths[i], cursor, hover)[line_no]
+            if i < self.fixed_columns:
+                if fixed_style is None:
+                    fixed_style = (self.get_component_styles("datatable--fixed").rich_style
+                                   + Style.from_meta({"fixed": True}))
+                fixed[i] = self._render_cell(row_index, i, fixed_style, widths[i], cursor, hover)[line_no]
+        self._row_cells[(row_key, line_no)] = (sig, cells, fixed, scrollable)
+        return fixed, scrollable
+
+    def render_lines(self, crop):
+        # The styles a line is drawn in are the same for every line of a frame; DataTable looks
+        # them up again for each line (the widget's and the row's: ~2 of its ~30 lines' ms)
+        self._frame_styles = {}
+        return super().render_lines(crop)
+
+    def render_line(self, y: int):
+        if self.fixed_rows:
+            return super().render_line(y)
+        base = self._frame_styles.get("base")
+        if base is None:
+            base = self._frame_styles["base"] = self.rich_style
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, base)
+
+    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
+        if row_index < self.fixed_rows or not self.zebra_stripes:
+            return super()._get_row_style(row_index, base_style)
+        key = (row_index % 2 if row_index >= 0 else -1, base_style, self._pseudo_class_state)
+        style = self._frame_styles.get(key)
+        if style is None:
+            style = self._frame_styles[key] = super()._get_row_style(row_index, base_style)
+        return style
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style):
         """DataTable renders a line again whenever any cell of the table changed (its line cache
@@ -313,6 +429,8 @@ class FleetTable(DataTable):
     def clear(self, columns: bool = False):
         self._cell_lines.clear()
         self._row_lines.clear()
+        self._row_cells.clear()
+        self._here.clear()
         return super().clear(columns)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
