@@ -411,9 +411,14 @@ class FleetTable(DataTable):
             row_key, line_no = self._get_offsets(y)
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
-        if row_key is self._header_row_key or row_key not in self._data:
+        if row_key is self._header_row_key:
+            # the header too: its labels stay while the columns do (DataTable rendered its 13
+            # cells through the console again every tick, on the counter every cell update bumps)
+            cells = tuple(c.label for c in self.ordered_columns)
+        elif row_key not in self._data:
             return super()._render_line(y, x1, x2, base_style)
-        cells = tuple(self._data[row_key].values())
+        else:
+            cells = tuple(self._data[row_key].values())
         sig = (x1, x2, self.size.width, self.cursor_coordinate, self.hover_coordinate, base_style, self.cursor_type,
                self._show_hover_cursor, self._pseudo_class_state, self.show_cursor, row_key, line_no,
                self._row_locations.get(row_key), tuple(c.get_render_width(self) for c in self.ordered_columns),
