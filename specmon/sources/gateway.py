@@ -44,7 +44,9 @@ from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sampl
 from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name, plain_sample
 from specmon.sources.serverinfo import json_body
 from specmon.sources import http
-from specmon.sources.sglang import USED_METRICS, ArmCollector, lean_target, shared_ssl_context, with_ranks
+from specmon.sources.sglang import (
+    USED_METRICS, ArmCollector, is_loopback_url, lean_target, shared_ssl_context, with_ranks,
+)
 
 REGISTRY_PATH = "/workers"
 READINESS_PATH = "/readiness"
@@ -379,26 +381,11 @@ def is_sglang_metrics(text: str) -> bool:
 # HTTP
 
 
-def _loopback(url: str) -> bool:
-    try:
-        host = (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return False
-    if host in ("localhost",) or host.endswith(".localhost"):
-        return True
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _client(url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None) -> httpx.AsyncClient:
     import httpx
 
     # As the workers' collector: a proxy from the environment is never used for a loopback address.
-    if _loopback(url):
+    if is_loopback_url(url):
         return httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False, trust_env=False,
                                  verify=shared_ssl_context())
     return httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False,

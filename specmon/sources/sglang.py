@@ -88,7 +88,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def _is_loopback_url(url: str) -> bool:
+def is_loopback_url(url: str) -> bool:
     """True for http(s)://127.x.x.x, [::1] and localhost."""
     try:
         host = (urlsplit(url).hostname or "").lower()
@@ -139,7 +139,7 @@ def lean_target(url: str) -> Optional[tuple[str, int, str]]:
         return None
     if u.scheme != "http" or not u.hostname or u.username or u.password or u.query or u.fragment:
         return None
-    if not _is_loopback_url(url):
+    if not is_loopback_url(url):
         proxies = urllib.request.getproxies()
         if proxies.get("http") or proxies.get("all"):
             return None
@@ -261,7 +261,7 @@ class ArmCollector:
             # server: it cannot reach this host's 127.0.0.1 and would be handed the bearer key.
             # Other hosts keep httpx's environment handling (proxies, NO_PROXY); loopback keeps
             # SSL_CERT_FILE/SSL_CERT_DIR through the SSL context made here.
-            if _is_loopback_url(self.base):
+            if is_loopback_url(self.base):
                 self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False,
                                                  trust_env=False, verify=shared_ssl_context())
             else:
