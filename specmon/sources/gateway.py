@@ -422,9 +422,10 @@ class _Http:
     problems either way."""
 
     def __init__(self, url: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None):
+        self.url = url
         self.timeout_s = timeout_s
         self.transport = transport
-        self.client = _client(url, timeout_s, transport)
+        self.client: Optional[httpx.AsyncClient] = None  # made when a URL needs httpx (slow to import)
         self._lean: dict[tuple[str, int], http.LeanClient] = {}
         self._targets: dict[str, Optional[tuple[str, int, str]]] = {}  # url -> lean_target(url), asked once
 
@@ -434,6 +435,8 @@ class _Http:
         except KeyError:
             target = self._targets[url] = lean_target(url) if self.transport is None else None
         if target is None:
+            if self.client is None:
+                self.client = _client(self.url, self.timeout_s, self.transport)
             return await _get(self.client, url, headers, max_bytes)
         host, port, path = target
         c = self._lean.get((host, port))
@@ -454,7 +457,8 @@ class _Http:
         return status, body, ""
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self.client is not None:
+            await self.client.aclose()
         for c in self._lean.values():
             await c.aclose()
 
@@ -492,15 +496,16 @@ async def probe(url: str, *, api_key: Optional[str] = None, timeout_s: float = 3
     to retry). A server that answers 5xx or wants a key is taken as a server."""
     base = url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with _client(base, timeout_s, transport) as c:
-        status, body, problem = await _get(c, base + REGISTRY_PATH, headers, JSON_MAX_BYTES)
+    c = _Http(base, timeout_s, transport)
+    try:
+        status, body, problem = await c.get(base + REGISTRY_PATH, headers, JSON_MAX_BYTES)
         if status is None:
             return Probe("unreachable", problem)
         if status == 200 and parse_registry(_json(body)) is not None:
             return Probe("gateway")
         seen = [f"{REGISTRY_PATH} {status}"]
         for path in ("/server_info", "/get_server_info", "/v1/loads", "/metrics"):
-            status, body, problem = await _get(c, base + path, headers, METRICS_MAX_BYTES)
+            status, body, problem = await c.get(base + path, headers, METRICS_MAX_BYTES)
             if status is None:
                 seen.append(f"{path} {problem}")
                 continue
@@ -520,6 +525,8 @@ async def probe(url: str, *, api_key: Optional[str] = None, timeout_s: float = 3
                     return Probe("server")
             seen.append(f"{path} 200 but not SGLang's")
         return Probe("neither", "; ".join(seen))
+    finally:
+        await c.aclose()
 
 
 async def detect_gateway(url: str, **kw) -> bool:
