@@ -35,29 +35,25 @@ more, CPU (user+system of the process tree, psutil) over --seconds; RSS (tree) e
 the max and last; the tmux server's own CPU beside it (what the terminal spends parsing what the
 TUI writes). Press q at the end; the case fails if the process does not exit.
 
-Measured (2026-12-01, the shared 2-core machine at load 5-10 the whole time: every figure is
-noisy, and a starved TUI coalesces ticks and so does less work; repeat when `uptime` is low):
+Measured (2026-12-01 17:05, the shared 2-core machine, quiet: load 0.3-0.8, --seconds 20):
 
-  after the fixes (HEAD 0e09b9f), --seconds 30, load 5-6.5:
   case          CPU %  tmux %  RSS    frame s  figures s
-  idle            0.1     0.0   33M     0.49        —
-  1arm            2.9     0.1   71M     2.97      3.87
-  3arm            6.8     0.3   77M     3.74      4.61
-  3arm-hl         2.0       —   54M        —      2.52
-  3arm-8gpu       7.7     0.3   77M     3.06      4.36
-  3arm-8gpu-hl    2.2       —   54M        —      3.03
-  fleet64        32.9     0.2  102M     1.77     14.30
-  fleet64-hl     27.1       —   79M        —      1.52
+  idle            0.2     0.0   33M     0.38        —
+  1arm            1.4     0.0   49M     0.91      2.02
+  3arm            2.7     0.1   52M     1.00      2.11
+  3arm-hl         0.7       —   31M        —      0.50
+  3arm-8gpu       4.1     0.2   53M     1.04      2.32
+  3arm-8gpu-hl    0.8       —   31M        —      0.50
+  fleet64         6.8     0.3   64M     0.69      2.62
+  fleet64-hl      3.6       —   39M        —      0.50
 
-  before and after, one after the other at load 6-10 (before = 7100292, this script copied in):
-  3arm     10.2% 77 MiB  ->  7.8% 77 MiB
-  fleet64  32.7% 167 MiB ->  22.5% 87 MiB
-  (the first runs, at load 9-11: 3arm 14.3%, fleet64 23.9% 176 MiB, with most workers timing out)
-
-The targets (3 arms < 2%, the fleet table < 5%, first paint < 1 s) are not met on this machine:
-the collectors alone (-hl rows) take 2% for 3 arms and 27% for 64 workers, and first paint
-waits on ~0.6 s of CPU for imports (textual.app 0.3 s, pydantic through specmon.plan), slowed
-several times by the load.
+  the session before, quiet (load 1.4): 1arm 2.8%, 3arm 6.0% (-hl 2.2%), fleet64 40.9% 107 MiB
+  (-hl 31.2%), frame 1.6-1.8 s. What moved it: the collectors' own keep-alive GET, a filtered
+  /metrics parse, shared psutil walks, a gateway's workers scraped in turn past 8; the writer's
+  tick in one write; panes that repaint without a message round trip and keep unchanged lines;
+  the fleet table rendering changed cells only; pydantic, httpx and prometheus_client out of
+  start-up. The targets (3 arms < 2%, the fleet table < 5%, first paint < 1 s) are not all met:
+  Textual's per-widget work for ~20 panes a tick, and for 64 rows whose age changes every tick.
 """
 
 from __future__ import annotations
