@@ -296,8 +296,15 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     wall = time.monotonic() - t0
     rows = {int(r["offered_concurrency"]): r for r in csv.DictReader(open(tmp_path / "s" / "levels.csv"))}
     samples = [r for r in csv.DictReader(open(tmp_path / "s" / "samples.csv")) if r["running_reqs"]]
-    running_max = {c: max(int(r["running_reqs"]) for r in samples if r["offered_concurrency"] == str(c))
-                   for c in levels}
+    # The highest running count a level held, leaving out its top 5% of scrapes: SGLang's gauge can
+    # read one scrape high when a finished request and the one that replaced it are both still in
+    # the step it reports (the closed loop sends the next request the moment one ends; seen once:
+    # a single scrape of 8 at C=6 between scrapes of 6, queue 0).
+    def held(c: int) -> int:
+        values = sorted(int(r["running_reqs"]) for r in samples if r["offered_concurrency"] == str(c))
+        return values[int(0.95 * (len(values) - 1))]
+
+    running_max = {c: held(c) for c in levels}
     table = (tmp_path / "s" / "levels.csv").read_text()
     print(table)
     ttft = {c: float(rows[c]["ttft_mean_s"] or "nan") for c in levels}
