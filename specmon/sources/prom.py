@@ -272,6 +272,15 @@ def _plain_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
     return bare_name(name), labels
 
 
+def _remember_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
+    """_plain_head of a head not seen yet, kept in the bounded _HEADS (emptied when full)."""
+    read = _plain_head(head)
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[head] = read
+    return read
+
+
 def plain_sample(line: str) -> Optional[tuple[str, dict[str, str], float]]:
     """(bare name, labels, value) of one sample line in the plain form fast_series reads, its
     name{labels} read once per process; None for any other line. The labels are shared: never
@@ -280,10 +289,7 @@ def plain_sample(line: str) -> Optional[tuple[str, dict[str, str], float]]:
     try:
         read = _HEADS[head]
     except KeyError:
-        read = _plain_head(head)
-        if len(_HEADS) >= _HEADS_MAX:
-            _HEADS.clear()
-        _HEADS[head] = read
+        read = _remember_head(head)
     if read is None or not sep or len(value) > 300 or _NUMBER_RE.fullmatch(value) is None:
         return None
     return read[0], read[1], float(value)
@@ -306,12 +312,9 @@ def filtered_series(text: str, only: frozenset[str]) -> Optional[Series]:
     for line in lines:
         head, sep, value = line.rpartition(" ")
         try:
-            read = heads[head]
+            read = heads[head]  # the lookup inline: it answers nearly every line of every scrape
         except KeyError:
-            read = _plain_head(head)
-            if len(heads) >= _HEADS_MAX:
-                heads.clear()
-            heads[head] = read
+            read = _remember_head(head)
         if read is None or not sep or len(value) > 300 or number(value) is None:
             return None
         name, labels = read
