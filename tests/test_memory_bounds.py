@@ -18,7 +18,8 @@ from simproc import start_sim
 from specmon.model import ArmSpec, LevelFinished, RampPlan, RequestFinished, SamplesTick
 from specmon.session import live as live_mod
 from specmon.session.live import LiveSession
-from specmon.session.ramp import CompactStamps, RampDriver
+from specmon.load.client import TokenStamps
+from specmon.session.ramp import RampDriver
 
 
 def csv_rows(path):
@@ -107,7 +108,7 @@ def test_finished_requests_are_compacted_and_released_by_the_next_level(tmp_path
     outs = ramp.last_outcomes["sim"]
     assert len(outs) == 9 and not {id(o) for o in outs} & {id(o) for o in first_level}  # level 0's let go
     for o in outs + first_level:
-        assert isinstance(o.token_events, CompactStamps)
+        assert isinstance(o.token_events, TokenStamps)
         assert sum(n for _, n in o.token_events) == o.completion_tokens == 48
     # the rows were written before compaction; the compacted stamps give the same figures
     by_id = {r.request_id: r for r in records}

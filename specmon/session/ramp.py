@@ -164,15 +164,10 @@ def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
     return (last_fin - first_rx) / (last_end - first_sent)
 
 
-# A finished request's token events: the stream writes them as load.client.TokenStamps (two
-# arrays) from the start, the form they wait in until the level's statistics are computed.
-CompactStamps = TokenStamps
-
-
 def compact(o: RequestOutcome) -> None:
     """What a finished request keeps while its level runs (its requests.csv row is written):
-    the token events as CompactStamps, no answer text or ids (a multi-turn stream has taken
-    them). Called on the session's loop once the load loop is done with the request."""
+    the token events as load.client.TokenStamps (two arrays, as the stream wrote them from the
+    start), no answer text or ids (a multi-turn stream has taken them). Called on the session's loop once the load loop is done with the request."""
     if not isinstance(o.token_events, TokenStamps):
         o.token_events = TokenStamps(o.token_events)
     o.output_ids = o.output_text = None
