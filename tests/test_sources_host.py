@@ -81,15 +81,17 @@ def test_an_unfound_arm_is_looked_for_less_and_less_often(monkeypatch):
     monkeypatch.setattr(host, "LOOKUP_S", 0.05)
     monkeypatch.setattr(host, "LOOKUP_MAX_S", 0.2)
     h = HostCollector([ArmSpec("gone", f"http://127.0.0.1:{free_port()}")])
-    reads_at = []
+    reads_at = []  # (just before, just after) each read() that read the table
     t_end = time.monotonic() + 1.2
     while time.monotonic() < t_end:
         before, t = h.table_reads, time.monotonic()
         h.read()
         if h.table_reads > before:
-            reads_at.append(t)
+            reads_at.append((t, time.monotonic()))
         time.sleep(0.005)
-    gaps = [b - a for a, b in zip(reads_at, reads_at[1:])]
+    # The collector takes its own clock inside read(): from just before one read to just after
+    # the next bounds its gap from above, so each must be at least the wait it was given.
+    gaps = [b[1] - a[0] for a, b in zip(reads_at, reads_at[1:])]
     # 0.05, 0.1, 0.2, 0.2 ... s apart at least: far fewer reads than rounds
     assert 3 <= len(reads_at) <= 9, reads_at
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and all(g >= 0.2 for g in gaps[2:]), gaps
