@@ -25,7 +25,7 @@ from specmon.model import ArmSpec, SamplesTick  # noqa: E402
 from specmon.session.live import LiveSession  # noqa: E402
 from specmon.session.replay import ReplaySource  # noqa: E402
 from specmon.tui.app import SpecmonApp  # noqa: E402
-from specmon.tui.widgets.gpu import GpuPane  # noqa: E402
+from specmon.tui.widgets.arm_panel import ArmPanel  # noqa: E402
 from specmon.tui.widgets.gpu_strip import GpuStrip, fit, nvml_state_forms, pack  # noqa: E402
 
 MIB = 2**20
@@ -120,6 +120,14 @@ def text(widget) -> str:
     return str(widget.render())
 
 
+def gpu_text(panel: ArmPanel) -> str:
+    """The GPU pane's lines as its arm's panel draws them; in compact mode (one line per arm: the
+    pane not drawn) the lines the pane builds for the panel's width."""
+    if panel.compact:
+        return "\n".join(t.plain for t in panel.panes["gpu"].lines(panel.size.width))
+    return panel.part_text("gpu")
+
+
 async def wait_for(pilot, cond, timeout=30.0, what="condition"):
     await pilots.wait_for(pilot, cond, timeout, what)
 
@@ -143,8 +151,8 @@ async def test_simulated_arms_show_their_simulated_card_in_the_gpu_panes(tmp_pat
                 await wait_for(pilot, lambda: (sim_last("fp8-mtp").gpu_power_w or 0) > idle_w + 150,
                                what="power under load")
                 await pilot.pause(0.3)
-                panes = {p.arm_name: p for p in app.query(GpuPane)}
-                shown = {a: text(p) for a, p in panes.items()}
+                panels = {p.arm_name: p for p in app.query(ArmPanel)}
+                shown = {a: gpu_text(p) for a, p in panels.items()}
                 for a, t in shown.items():
                     assert "simulated" in t and "/95.6 GiB" in t and " W" in t, t
                     assert "NVML" not in t and "no GPU reading" not in t
@@ -181,8 +189,10 @@ async def test_simulated_arms_show_their_simulated_card_in_the_gpu_panes(tmp_pat
         async with app.run_test(size=(160, 48)) as pilot:
             await wait_for(pilot, lambda: app.query_one("StatusBar").stopped is not None, what="replay end")
             await pilot.pause(0.2)
-            for p in app.query(GpuPane):
-                assert "simulated" in text(p) and "KV" in text(p), text(p)
+            panels = list(app.query(ArmPanel))
+            assert panels and not any(p.compact for p in panels)
+            for p in panels:
+                assert "simulated" in p.part_text("gpu") and "KV" in p.part_text("gpu"), p.part_text("gpu")
             assert "simulated:" in text(app.query_one(GpuStrip))
 
 
@@ -246,7 +256,9 @@ async def test_no_driver_is_said_once_and_never_cut(tmp_path, size):
         await pilot.pause(0.2)
         assert not app.state.gpus.available
         screen = app.export_screenshot()
-        panes = [text(p) for p in app.query(GpuPane)]
+        panels = list(app.query(ArmPanel))
+        assert all(p.compact == (size == (80, 24)) for p in panels)
+        panes = [gpu_text(p) for p in panels]
         strip = text(app.query_one(GpuStrip))
     # per arm, two whole words (or fewer at 80 columns), never the reason again
     assert panes and all(t.split("\n")[0][7:].strip() in ("no GPU reading", "no reading", "none") for t in panes), panes

@@ -23,7 +23,7 @@ from specmon.session.replay import ReplaySource
 from specmon.tui import fmt
 from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.arm_panel import ArmPanel
-from specmon.tui.widgets.arm_row import ArmRow, ArmRowsHeader
+from specmon.tui.widgets.arm_row import ArmRowsHeader
 from specmon.tui.widgets.fleet import COLUMNS as FLEET_COLUMNS, DROP_FIRST as FLEET_DROP_FIRST, FleetTable
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.ramp import LevelTable, RampProgress
@@ -140,7 +140,8 @@ async def test_every_arms_six_figures_and_knees_at_80x24(name):
             cap = info.max_running_requests if info else None
             fig = six_figures(samples[arm], cap, app.state.arm(arm).speculation is not False)
             if app.compact:
-                widget = next(w for w in app.query(ArmRow) if w.arm_name == arm)
+                widget = next(w for w in app.query(ArmPanel) if w.arm_name == arm)
+                assert widget.compact and widget.region.height == 1
                 row = lines[widget.region.y]  # the arm's line on the screen
                 cells = row.split()
                 # the row's cells in the header's order: GPU GiB, KV, accept, run/cap, queue, tok/s, TTFT p50
@@ -170,7 +171,7 @@ async def test_every_arms_six_figures_and_knees_at_80x24(name):
         # what specmon lays out fits: nothing cut by the renderer, nothing cut with an ellipsis
         widgets = [app.query_one(KneeBanner), app.query_one(RampProgress), app.query_one(LevelTable)]
         if app.compact:
-            widgets += [app.query_one(ArmRowsHeader)] + list(app.query(ArmRow))
+            widgets += [app.query_one(ArmRowsHeader)] + list(app.query(ArmPanel))
         for w in widgets:
             assert_lines_fit(w)
             if not isinstance(w, KneeBanner):
@@ -228,8 +229,8 @@ async def test_160x48_keeps_the_arm_panels(name):
         panels = list(app.query(ArmPanel))
         assert panels and len({p.region.y for p in panels}) == 1  # side by side
         for p in panels:
-            assert all(pane.display for pane in p._panes.values())
-            assert not p.query_one(ArmRow).display
+            assert p.parts() == ["header", "gpu", "kv", "accept", "queue", "throughput", "ttft"]
+            assert not p.compact and p.region.height > 1
         assert not app.query_one(ArmRowsHeader).display
         assert "r levels" in screen_text(app).splitlines()[-1]
 
@@ -241,10 +242,10 @@ async def test_resizing_goes_compact_and_back():
         assert not app.compact
         await pilot.resize_terminal(80, 24)
         await pilot.pause(0.2)
-        assert app.compact and all(p.query_one(ArmRow).display for p in app.query(ArmPanel))
+        assert app.compact and all(p.parts() == ["row"] and p.region.height == 1 for p in app.query(ArmPanel))
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
-        assert not app.compact and not any(p.query_one(ArmRow).display for p in app.query(ArmPanel))
+        assert not app.compact and not any("row" in p.parts() or p.region.height == 1 for p in app.query(ArmPanel))
 
 
 async def test_the_fleet_table_at_80x24():
@@ -310,7 +311,8 @@ async def test_live_arms_at_80x24_one_of_them_down(tmp_path):
                 await pilot.pause(0.05)
             await pilot.pause(0.5)
             assert app.compact  # two panels do not fit 24 rows
-            rows = {w.arm_name: w for w in app.query(ArmRow)}
+            rows = {w.arm_name: w for w in app.query(ArmPanel)}
+            assert all(w.parts() == ["row"] for w in rows.values())
             lines = screen_text(app).splitlines()
             live_line, gone_line = lines[rows["nvfp4-mtp"].region.y], lines[rows["gone"].region.y]
             assert "/56" in live_line and "%" in live_line, live_line  # the request cap from /server_info; KV
@@ -354,7 +356,8 @@ async def test_a_layouts_panes_choose_the_lines_columns(tmp_path):
         screen = screen_text(app).splitlines()
         header = screen[app.query_one(ArmRowsHeader).region.y].split()
         assert header == ["arm", "KV", "TTFT", "p50", "p90"], header
-        for w in app.query(ArmRow):
+        for w in app.query(ArmPanel):
+            assert w.parts() == ["row"]
             s = app.state.arm(w.arm_name).last
             cells = screen[w.region.y].split()
             assert fmt.pct(s.kv_usage) in cells and fmt.secs(s.ttft_p50_s) in " ".join(cells)

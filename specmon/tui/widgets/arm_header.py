@@ -24,26 +24,23 @@ def arm_status(arm: ArmState) -> tuple[str, str]:
     return (words, "bad" if s.state in DOWN_STATES else "warn")
 
 
-class ArmHeader(StyledWidget):
+class ArmHeader:
     """Line 1: state (when not up), address, model, sim speed, phase. Line 2: what the server
     runs (speculation, request cap, KV pool, TP, predicted knee). Each line's items flow onto
     another line, between items, when the pane is too narrow for them (three arms side by side
-    below 160 columns), so no figure is cut in half; only an item wider than the pane is cut."""
+    below 160 columns), so no figure is cut in half; only an item wider than the pane is cut.
+    Not a widget: its arm's panel (ArmPanel) draws these lines, with its own component styles."""
 
-    DEFAULT_CSS = "ArmHeader { height: auto; }"
-
-    def __init__(self, session: SessionState, arm: str, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, host: StyledWidget, session: SessionState, arm: str) -> None:
+        self.host = host
+        self.st = host.st
         self.session = session
         self.arm_name = arm
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self._lines(width))
+    def height(self, width: int) -> int:
+        return len(self.lines(width))
 
-    def render(self) -> Text:
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(self._lines(self.size.width))
-
-    def _lines(self, width: int) -> list[Text]:
+    def lines(self, width: int) -> list[Text]:
         width = max(width, 20)
         dot = " · "
         with self.session.lock:

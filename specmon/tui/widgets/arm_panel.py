@@ -1,10 +1,22 @@
 """One arm: header and the six metric panes, in a focusable bordered box; or, in compact mode
-(the app's choice when the panels do not fit the terminal), the same six figures on one line."""
+(the app's choice when the panels do not fit the terminal), the same six figures on one line.
+
+One widget per arm draws all of it (the Line API: render_line hands Textual the arm's lines).
+The header, each pane and the compact row build their own lines (one file each; ArmPane in
+base.py); the panel turns a line into a Strip only when it reads differently from the one drawn
+before, and repaints only those lines. With a widget per pane (a Vertical holding eight), every
+tick the compositor rendered ~8 widgets per arm (their styles, backgrounds, padding, the
+container under them) for lines nearly all of which changed anyway: most of a tick's drawing.
+"""
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
-from textual.containers import Vertical
+from typing import Optional
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from specmon.panes import ARM_PANES
@@ -13,6 +25,7 @@ from specmon.tui.state import SessionState
 from specmon.tui.widgets.accept import AcceptPane
 from specmon.tui.widgets.arm_header import ArmHeader, arm_status
 from specmon.tui.widgets.arm_row import ArmRow, fit_words
+from specmon.tui.widgets.base import ArmPane, StyledWidget, repaint_lines
 from specmon.tui.widgets.gpu import GpuPane
 from specmon.tui.widgets.kv import KvPane
 from specmon.tui.widgets.requests import RequestsPane
@@ -25,23 +38,115 @@ PANE_WIDGETS = {"gpu": GpuPane, "kv": KvPane, "accept": AcceptPane, "queue": Req
 assert tuple(PANE_WIDGETS) == ARM_PANES
 
 
-class ArmPanel(Vertical, can_focus=True):
+class ArmPanel(StyledWidget, can_focus=True):
+    DEFAULT_CSS = "ArmPanel { height: auto; }"
+
     def __init__(self, session: SessionState, arm: str, chart_height: int = 1, **kw) -> None:
         super().__init__(**kw)
         self.session = session
         self.arm_name = arm
         self.chart_height = chart_height
-        self._panes: dict[str, Widget] = {}
+        self.header = ArmHeader(self, session, arm)
+        self.panes: dict[str, ArmPane] = {name: pane(self, session, arm, chart_height=chart_height)
+                                          for name, pane in PANE_WIDGETS.items()}
+        self.row = ArmRow(self, session, arm)
         self.compact = False
         self._titles: tuple = ()  # (border title, subtitle) last set
+        # what is drawn: line by line its part ('header', a pane's name, 'row'), its Text, a key
+        # of what it reads as, its Strip; built for (width, base style), None: build again
+        self._parts: list[str] = []
+        self._texts: list[Text] = []
+        self._keys: list[tuple] = []
+        self._strips: list[Strip] = []
+        self._built: Optional[tuple] = None
         self.add_class(f"arm-{session.arm(arm).index % 6}")
 
-    def compose(self) -> ComposeResult:
-        yield ArmHeader(self.session, self.arm_name)
-        for name, pane in PANE_WIDGETS.items():
-            self._panes[name] = pane(self.session, self.arm_name, chart_height=self.chart_height)
-            yield self._panes[name]
-        yield ArmRow(self.session, self.arm_name)
+    # -- what it shows -----------------------------------------------------------------------
+
+    def _build(self, width: int) -> tuple[list[str], list[Text]]:
+        if self.compact:
+            return ["row"], [self.row.line(width, self.has_focus)]
+        parts: list[str] = []
+        texts: list[Text] = []
+        for name, lines in (("header", self.header.lines(width)),
+                            *((n, p.lines(width)) for n, p in self.panes.items() if self.session.shows(n))):
+            parts += [name] * len(lines)
+            texts += lines
+        return parts, texts
+
+    def _update(self) -> Optional[list[int]]:
+        """Build the lines for the present width; the lines whose Strip changed, or None when
+        the number of lines did (a layout is due)."""
+        width = self.size.width
+        base = self.visual_style
+        parts, texts = self._build(width)
+        fresh = self._built != (width, base)
+        self._built = (width, base)
+        old_keys, old_strips = ([], []) if fresh else (self._keys, self._strips)
+        keys, strips, changed = [], [], []
+        for y, line in enumerate(texts):
+            if line.cell_len > width:  # (wider than the pane: cut, as Textual would; render() keeps it whole)
+                line = line.copy()
+                line.truncate(width, overflow="ellipsis")
+            key = (line.plain, line.style, tuple(line._spans))
+            if y < len(old_keys) and old_keys[y] == key:
+                strips.append(old_strips[y])
+            else:
+                strips.append(Strip(self._segments(_rich_styles(line), y, base), line.cell_len))
+                changed.append(y)
+            keys.append(key)
+        grew = len(texts) != len(self._texts)
+        self._parts, self._texts, self._keys, self._strips = parts, texts, keys, strips
+        return None if grew else changed
+
+    def render_line(self, y: int) -> Strip:
+        if self.text_selection is not None:  # a mouse selection: Textual's own way, over render()
+            return Widget.render_line(self, y)
+        self._dirty_regions.clear()
+        if self._built != (self.size.width, self.visual_style):  # resized, restyled, first drawn
+            self._update()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def render(self) -> Text:
+        """All its lines as one Text, as built (what a text selection copies; a line too wide
+        for the panel is whole here, cut where drawn)."""
+        if self._built is None or self._built[0] != self.size.width:
+            self._update()
+        return Text("\n", no_wrap=True).join(self._texts)
+
+    def part_text(self, part: str) -> str:
+        """The text of the lines handed to Textual for one part ('header', a pane's name,
+        'row'), as drawn: '' when that part is not shown."""
+        return "\n".join(s.text for p, s in zip(self._parts, self._strips) if p == part)
+
+    def parts(self) -> list[str]:
+        """The parts drawn, in order, once each."""
+        return list(dict.fromkeys(self._parts))
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        if self._built is not None and self._built[0] == width:
+            return len(self._texts)
+        return self._height(width)
+
+    def _height(self, width: int) -> int:
+        if self.compact:
+            return 1
+        return self.header.height(width) + sum(p.height(width) for n, p in self.panes.items()
+                                               if self.session.shows(n))
+
+    def full_height(self, width: int) -> int:
+        """Rows the bordered panel takes at this outer width (what compact mode saves)."""
+        inner = max(width - 4, 20)  # the border and the padding
+        return 2 + self.header.height(inner) + sum(p.height(inner) for n, p in self.panes.items()
+                                                   if self.session.shows(n))
+
+    def notify_style_update(self) -> None:
+        self._built = None  # the component styles may have changed: build the lines again
+        super().notify_style_update()
+
+    # -- state -------------------------------------------------------------------------------
 
     def set_compact(self, compact: bool) -> None:
         """One line (ArmRow) instead of the header and the panes, or back."""
@@ -51,20 +156,11 @@ class ArmPanel(Vertical, can_focus=True):
         self.set_class(compact, "-compact")
         self.redraw()
 
-    def full_height(self, width: int) -> int:
-        """Rows the bordered panel takes at this outer width (what compact mode saves)."""
-        inner = max(width - 4, 20)  # the border and the padding
-        rows = 2 + self.query_one(ArmHeader).get_content_height(None, None, inner)
-        for name, pane in self._panes.items():
-            if self.session.shows(name):
-                rows += pane.get_content_height(None, None, inner)
-        return rows
-
     def on_focus(self) -> None:
-        self.query_one(ArmRow).refresh()  # its '›' mark
+        self.redraw()  # the row's '›' mark
 
     def on_blur(self) -> None:
-        self.query_one(ArmRow).refresh()
+        self.redraw()
 
     def on_mount(self) -> None:
         self.update_titles()
@@ -85,16 +181,28 @@ class ArmPanel(Vertical, can_focus=True):
         self.set_class(kind == "bad", "-down")
 
     def redraw(self) -> None:
+        """Build the lines again and repaint those that read differently (a layout when their
+        number changed)."""
         self.update_titles()
-        header, row = self.query_one(ArmHeader), self.query_one(ArmRow)
-        if header.display == self.compact:
-            header.display = not self.compact
-            row.display = self.compact
-        for name, pane in self._panes.items():
-            want = self.session.shows(name) and not self.compact
-            if pane.display != want:
-                pane.display = want
-        for child in self.children:
-            if child.display:
-                update = getattr(child, "update_view", None)  # only what changed (widgets/base.py)
-                update() if update is not None else child.refresh(layout=True)
+        if not self.display:
+            return  # drawn afresh when it is shown
+        if not self.size.width:
+            self.refresh(layout=True)  # not laid out yet
+            return
+        changed = self._update()
+        if changed is None:
+            self.refresh(layout=True)
+        elif changed:
+            width = self.size.width
+            repaint_lines(self, [Region(0, y, width, 1) for y in changed])
+
+
+def _rich_styles(line: Text) -> Text:
+    """The line with a style named by a string (none of ours are) parsed into a Style."""
+    if not (line.style and isinstance(line.style, str)) and not any(isinstance(s.style, str) for s in line._spans):
+        return line
+    out = line.copy()
+    if out.style and isinstance(out.style, str):
+        out.style = Style.parse(out.style)
+    out._spans = [s._replace(style=Style.parse(s.style)) if isinstance(s.style, str) else s for s in out._spans]
+    return out

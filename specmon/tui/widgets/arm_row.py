@@ -97,19 +97,19 @@ class ArmRowsHeader(StyledWidget):
         return t
 
 
-class ArmRow(StyledWidget):
-    """The arm's line; its panel (ArmPanel) shows it instead of the panes in compact mode."""
+class ArmRow:
+    """The arm's line; its panel (ArmPanel) draws it instead of the panes in compact mode, with
+    its own component styles (not a widget of its own)."""
 
-    DEFAULT_CSS = "ArmRow { height: 1; display: none; }"
-
-    def __init__(self, session: SessionState, arm: str, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, host: StyledWidget, session: SessionState, arm: str) -> None:
+        self.host = host
+        self.st = host.st
+        self.arm_style = host.arm_style
         self.session = session
         self.arm_name = arm
 
-    def render(self) -> Text:
-        width = self.size.width or 80
-        focused = self.parent is not None and self.parent.has_focus
+    def line(self, width: int, focused: bool) -> Text:
+        width = width or 80
         with self.session.lock:
             arm = self.session.arm(self.arm_name)
             name_w, cols = layout(self.session, width)

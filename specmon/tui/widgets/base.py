@@ -205,8 +205,9 @@ class StyledWidget(Widget):
         lines again, and refresh(layout=True) arranges the whole screen again. At 1 Hz most of a
         screen (headers, a pane whose value held) draws the same as a second ago.
 
-        Panes that keep what they render (ArmPane) compare that; others are rendered once more
-        here. Before the first layout (no size yet) it is a plain layout refresh."""
+        What render() draws is built here and compared with what was drawn; the render after
+        the refresh hands it over. Before the first layout (no size yet) it is a plain layout
+        refresh."""
         if not self.display:
             return  # drawn afresh when it is shown (showing it asks for a layout)
         if not self.size.width:
@@ -251,15 +252,20 @@ def _repaint(widget: Widget) -> None:
     """What refresh() does for a repaint of a shown widget, with the widget handed to its
     screen's next update at once. refresh() wakes the widget's own message loop, which on going
     idle posts an Update message to the screen, which then marks the widget for its next
-    compositor pass: two messages and two task switches per widget, ~20 widgets a tick with
-    three arms, for the same one pass."""
+    compositor pass: two messages and two task switches per widget, for the same one pass."""
+    repaint_lines(widget, ())
+
+
+def repaint_lines(widget: Widget, regions) -> None:
+    """_repaint for these regions of the widget's content only (all of it when none): the
+    compositor then renders those lines, the widget's other lines kept from before."""
     try:
         screen = widget.screen
     except NoScreen:  # not on a screen (being removed): Textual's own way
-        widget.refresh()
+        widget.refresh(*regions)
         return
     widget._layout_cache.clear()
-    widget._set_dirty()
+    widget._set_dirty(*regions)
     widget.clear_cached_dimensions()
     widget._rich_style_cache.clear()
     if screen in screen._compositor:  # as the screen's own handler of Update decides
@@ -267,23 +273,27 @@ def _repaint(widget: Widget) -> None:
         screen.check_idle()
 
 
-class ArmPane(StyledWidget):
-    """One metric of one arm: a label, the current value, and its history."""
+class ArmPane:
+    """One metric of one arm: a label, the current value, and its history. Not a widget: the
+    arm's panel (ArmPanel, one widget per arm) draws the lines its panes build, with the styles
+    of its own component classes (`host.st`), so the compositor handles one widget per arm, not
+    eight (header, six panes, compact row), each with its own render, styles and background."""
 
-    DEFAULT_CSS = "ArmPane { height: auto; }"
     LABEL = ""
 
-    def __init__(self, session: SessionState, arm: str, chart_height: int = 1, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, host: StyledWidget, session: SessionState, arm: str, chart_height: int = 1) -> None:
+        self.host = host
         self.session = session
         self.arm_name = arm
         self.chart_height = chart_height
-        self._drawn: Optional[tuple[int, Text]] = None  # (width, text) last handed to Textual
-        self._next: Optional[tuple[int, Text]] = None  # built by update_view for the next render()
+        self.width = 0  # the width being built for (GpuPane lays its value out to it)
 
     @property
     def arm(self) -> ArmState:
         return self.session.arm(self.arm_name)
+
+    def st(self, name: str) -> Style:
+        return self.host.st(name)
 
     def value(self) -> Text:
         raise NotImplementedError
@@ -300,42 +310,16 @@ class ArmPane(StyledWidget):
         rows = spark_rows(self.session.series(self.arm_name, key, last=max(width, 0)), width, height, lo, hi)
         return [Text(r, style=self.st(style)) for r in rows]
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def height(self, width: int) -> int:
+        """Lines the pane takes at this width."""
         inline = self.chart_height == 1 and width >= INLINE_MIN_W
         with self.session.lock:
             has_note = self.note() is not None
         return 1 + int(has_note) + (0 if inline else self.chart_height)
 
-    def update_view(self) -> None:
-        """As StyledWidget.update_view, without rendering twice: the Text built here is the one
-        render() hands to Textual next (when the width is still the same)."""
-        if not self.display:
-            return
-        width = self.size.width
-        if not width:
-            self.refresh(layout=True)
-            return
-        new = self.build(width)
-        old = self._drawn
-        if old is not None and old[0] == width and old[1] == new:
-            return
-        self._next = (width, new)
-        if old is None or _lines(old[1]) != _lines(new):
-            self.refresh(layout=True)
-        else:
-            _repaint(self)
-
-    def render(self) -> Text:  # (keeps its own: see update_view)
-        width = self.size.width
-        nxt, self._next = self._next, None
-        text = nxt[1] if nxt is not None and nxt[0] == width else self.build(width)
-        self._drawn = (width, text)
-        return text
-
-    render._specmon_kept = True  # type: ignore[attr-defined]
-
-    def build(self, width: int) -> Text:
-        """What the pane shows at this width, from the session state now."""
+    def lines(self, width: int) -> list[Text]:
+        """What the pane shows at this width, line by line, from the session state now."""
+        self.width = width
         width = max(width, 20)
         with self.session.lock:
             value = self.value()
@@ -347,7 +331,7 @@ class ArmPane(StyledWidget):
                 note = self.note()
                 if note is not None:
                     lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
-                return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+                return lines
             value.truncate(width - LABEL_W)
             lines = [Text.assemble(label, value, no_wrap=True)]
             note = self.note()
@@ -355,7 +339,7 @@ class ArmPane(StyledWidget):
                 lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
             for row in self.chart(width - LABEL_W, self.chart_height):
                 lines.append(Text.assemble(" " * LABEL_W, row, no_wrap=True))
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+        return lines
 
     def join(self, *parts: Optional[Text | str | tuple]) -> Text:
         """Parts separated by a dim middle dot, skipping None."""

@@ -32,11 +32,11 @@ class GpuPane(ArmPane):
         return [g for g in snap.gpus if g.simulated and g.arm == self.arm_name] if snap is not None else []
 
     def _room(self) -> int:
-        """Cells the value gets (as ArmPane.render lays it out), on the pane's real width."""
-        width = max(self.size.width, 20)
+        """Cells the value gets (as ArmPane.lines lays it out), on the pane's real width."""
+        width = max(self.width, 20)
         if self.chart_height == 1 and width >= INLINE_MIN_W:
             return INLINE_VALUE_W
-        return max(4, (self.size.width or width) - LABEL_W)
+        return max(4, (self.width or width) - LABEL_W)
 
     def value(self) -> Text:
         s = self.arm.last
