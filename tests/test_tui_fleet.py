@@ -165,7 +165,7 @@ async def test_a_row_drawn_from_its_kept_cells_is_the_row_datatable_draws(tmp_pa
             await pilot.pause()
             lines()  # drawn with the cursor here; the tick below changes cells only
             ts = T0 + 20 + k
-            samples = [dataclasses.replace(app.state.arm(n).last, ts=ts, stale_s=float((k + i) % 3),
+            samples = [dataclasses.replace(app.state.arm(n).last, ts=ts, stale_s=float((k + i) % 3) * 6 or None,
                                            queued_reqs=k if i % 2 else 0)
                        for i, n in enumerate(app.state.arm_names())]
             app.emit(SamplesTick(samples=samples, fleets=list(app.state.fleets), ts=ts))
@@ -178,4 +178,73 @@ async def test_a_row_drawn_from_its_kept_cells_is_the_row_datatable_draws(tmp_pa
             table._by_look.clear()
             table._update_count += 1  # and DataTable's own caches of lines, rows and cells
             assert lines() == kept
-            assert any("1 s" in "".join(s.text for s in line) for line in kept)
+            assert any("12 s" in "".join(s.text for s in line) for line in kept)
+
+
+def test_the_age_shows_only_past_the_fleets_cycle():
+    """A row within its fleet's cycle (a gateway's workers scraped in turn: ROTATION_S; a
+    Prometheus fleet: its scrape interval) reads "—" in the age column; past it, its age."""
+    from specmon.session import live
+    from specmon.tui.state import ArmState
+    from specmon.tui.widgets.fleet import AGE_SLACK_S, ROTATION_S, row_cells, row_values
+
+    assert ROTATION_S == live.FLEET_SCRAPE_EVERY_S  # the table's cycle is the session's
+
+    def age(stale, cycle=ROTATION_S):
+        arm = ArmState(name="w0", index=0)
+        arm.last = Sample(ts=T0, arm="w0", up=True, running_reqs=1, stale_s=stale)
+        return str(row_cells(row_values(arm, None, cycle))[12])
+
+    assert age(None) == "—"
+    assert age(3.0) == "—" and age(ROTATION_S + AGE_SLACK_S) == "—"
+    assert age(ROTATION_S + AGE_SLACK_S + 0.6) == "6 s" and age(42.2) == "42 s"
+    assert age(12.0, cycle=15.0) == "—" and age(17.0, cycle=15.0) == "17 s"
+
+
+async def test_a_fleet_scraped_in_turn_says_so_and_redraws_only_the_rows_that_changed(tmp_path):
+    """Rows repeating an earlier scrape (an age within the cycle) draw as they did: a tick that
+    changes some rows' figures and every row's age repaints those rows' lines only, and the
+    header says the workers are scraped in turn (the cycle the age column leaves unsaid)."""
+    import dataclasses
+
+    from textual.geometry import Region
+
+    folder = write_fleet(tmp_path / "s", [8])
+    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_end(app, pilot)
+        await pilot.pause()
+        table = app.query_one(FleetTable)
+        header = app.query_one(FleetHeader)
+        assert "scraped in turn" not in header.render().plain  # every worker fresh: no cycle to say
+
+        def screen():
+            table._pseudo_class_state = table.get_pseudo_class_state()
+            return ["".join(s.text for s in table.render_line(y)) for y in range(table.size.height)]
+
+        repainted: list[Region] = []
+        real_refresh = table.refresh
+
+        def refresh(*regions, **kw):
+            repainted.extend(regions if regions else [Region(0, 0, table.size.width, table.size.height)])
+            return real_refresh(*regions, **kw)
+
+        table.refresh = refresh
+        for k in range(3):
+            before = screen()
+            repainted.clear()
+            ts = T0 + 30 + k
+            # w2 and w5 scraped this tick (new figures); the others repeat theirs, a second older
+            samples = [dataclasses.replace(app.state.arm(n).last, ts=ts,
+                                           stale_s=None if i in (2, 5) else float(k + 1),
+                                           running_reqs=app.state.arm(n).last.running_reqs + (i in (2, 5)))
+                       for i, n in enumerate(app.state.arm_names())]
+            app.emit(SamplesTick(samples=samples, fleets=list(app.state.fleets), ts=ts))
+            await pilot.pause()
+            after = screen()
+            changed = {y for y, (a, b) in enumerate(zip(before, after)) if a != b}
+            rows = {y for r in repainted for y in range(r.y, r.y + r.height)}
+            assert changed and changed <= rows, (changed, rows)
+            assert rows <= {1 + 2, 1 + 5}, rows  # (the header line first) w2's and w5's lines only
+            assert "scraped in turn, each every 4 s" in header.render().plain
+        assert all("—" in line.split()[-1] for line in after[1:9])

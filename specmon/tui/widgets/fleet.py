@@ -14,7 +14,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from specmon.analysis.ranks import RankImbalance, rank_imbalance
 from specmon.model import FleetStatus, Sample, kv_usage_of
@@ -23,6 +25,16 @@ from specmon.tui.state import ArmState, SessionState
 from specmon.tui.widgets.base import StyledWidget
 
 FLEET_TABLE_ABOVE = 4  # more arms than this: the table instead of the panels
+
+# A gateway's workers past a few are scraped in turn, each every ROTATION_S (session/live.py's
+# FLEET_SCRAPE_EVERY_S; a test keeps the two equal: importing the session here would slow every
+# replay's start), and a Prometheus fleet's series are as old as its scrape interval at most. An
+# age within that cycle (and a tick's slack) is the fleet working as it should: the header says
+# the cycle once, and the age column reads "—" for those rows and shows only the ages past it,
+# the workers an operator should look at. (Shown on every row, the age moved every second on
+# every row, which had the whole table drawn again each tick for figures that had not changed.)
+ROTATION_S = 4.0
+AGE_SLACK_S = 1.0
 
 
 class FleetHeader(StyledWidget):
@@ -66,6 +78,8 @@ class FleetHeader(StyledWidget):
             items.append(Text(f"policy {f.policy}", style=self.st("unit")))
         if f.scrape_interval_s is not None:
             items.append(Text(f"scraped every {f.scrape_interval_s:g} s", style=self.st("unit")))
+        elif self._in_turn(f):
+            items.append(Text(f"workers scraped in turn, each every {ROTATION_S:g} s", style=self.st("unit")))
         if f.source:
             items.append(Text(f"figures from {f.source}", style=self.st("dim")))
         open_circuits = [w.arm for w in f.workers if w.circuit and w.circuit != "closed"]
@@ -83,6 +97,15 @@ class FleetHeader(StyledWidget):
             t.append_text(item)
             first = False
         return t
+
+    def _in_turn(self, f: FleetStatus) -> bool:
+        """Are the fleet's workers scraped in turn (a row repeating an earlier scrape, with its age)?"""
+        with self.session.lock:
+            for w in f.workers:
+                arm = self.session.arms.get(w.arm)
+                if arm is not None and arm.last is not None and arm.last.stale_s is not None:
+                    return True
+        return False
 
     def update_visibility(self) -> None:
         with self.session.lock:
@@ -122,8 +145,9 @@ def _num(v: Optional[float], spec: str) -> str:
     return "—" if v is None else spec.format(v)
 
 
-def row_values(arm: ArmState, active: Optional[int]) -> dict[str, object]:
-    """The sortable value of each column for one worker (None sorts last)."""
+def row_values(arm: ArmState, active: Optional[int], cycle: float = ROTATION_S) -> dict[str, object]:
+    """The sortable value of each column for one worker (None sorts last); `cycle`: the seconds
+    its fleet's figures may be old by design (ROTATION_S above)."""
     s: Optional[Sample] = arm.last
     cap = arm.info.max_running_requests if arm.info is not None else None  # a rank's cap (SGLang's is per rank)
     im = rank_imbalance(s.ranks, cap) if s is not None and s.ranks else None
@@ -133,7 +157,7 @@ def row_values(arm: ArmState, active: Optional[int]) -> dict[str, object]:
         "kv": kv_usage_of(s.kv_usage, s.kv_used_tokens, s.kv_capacity_tokens) if s else None,
         "tok_s": s.gen_tok_s if s else None, "ttft_p50": s.ttft_p50_s if s else None,
         "ttft_p99": s.ttft_p99_s if s else None, "accept": s.accept_length if s else None,
-        "active": active, "ranks": im, "stale": s.stale_s if s else None,
+        "active": active, "ranks": im, "stale": s.stale_s if s else None, "cycle": cycle,
     }
 
 
@@ -162,6 +186,7 @@ def row_cells(v: dict[str, object]) -> list[Text]:
         ranks = _text(f"⚠ {figure} {im.callout}" if im.callout else f"{figure} ({im.ranks} ranks)",
                      style="bold" if im.callout else "")
     state = str(v["state"])
+    age = age_shown(v)
     return [
         _text(str(v["worker"]), style="bold"),
         _text(state.upper() if state != "up" else "up", style="" if state == "up" else "bold reverse"),
@@ -172,8 +197,22 @@ def row_cells(v: dict[str, object]) -> list[Text]:
         _text(fmt.secs(v["ttft_p50"]) if v["ttft_p50"] is not None else "—"),
         _text(fmt.secs(v["ttft_p99"]) if v["ttft_p99"] is not None else "—"),
         _text(_num(v["accept"], "{:.2f}")), _text(_num(v["active"], "{:d}")), ranks,
-        _text(_num(v["stale"], "{:.0f} s")),
+        _text(age, style="bold") if age else _text("—"),
     ]
+
+
+def age_shown(v: dict[str, object]) -> Optional[str]:
+    """The age a row shows: only past its fleet's cycle (ROTATION_S above), else None ("—")."""
+    stale = v["stale"]
+    if stale is None or stale <= v.get("cycle", ROTATION_S) + AGE_SLACK_S:
+        return None
+    return f"{stale:.0f} s"
+
+
+def _shown_values(v: dict[str, object]) -> tuple:
+    """What a row's cells are made of: its values with the age as shown (an age within the cycle
+    moves every tick and shows the same)."""
+    return tuple(age_shown(v) if k == "stale" else x for k, x in v.items())
 
 
 def _sort_key(value: object) -> tuple:
@@ -197,6 +236,7 @@ class FleetTable(DataTable):
         self.sort_column = "worker"
         self.sort_reverse = False
         self._cells: dict[str, list[Text]] = {}  # the cells the table holds, by worker
+        self._memo: dict[str, tuple] = {}  # worker -> (its values as shown, its cells, their widths) last redraw
         self._order: list[str] = []
         self._widths: list[int] = []
         self._shown: list[str] = []  # the column keys the table holds
@@ -229,16 +269,31 @@ class FleetTable(DataTable):
         with self.session.lock:
             names = self.session.arm_names()
             active = {w.arm: w.active_requests for f in self.session.fleets for w in f.workers}
-            values = {n: row_values(self.session.arms[n], active.get(n)) for n in names}
+            cycles = {f.name: f.scrape_interval_s or ROTATION_S for f in self.session.fleets}
+            values = {n: row_values(a, active.get(n), cycles.get(a.fleet, ROTATION_S))
+                      for n in names for a in (self.session.arms[n],)}
         keep = self.selected_arm()
         order = sorted(names, key=lambda n: _sort_key(values[n][self.sort_column]), reverse=self.sort_reverse)
-        every = {n: row_cells(values[n]) for n in names}
+        # A row whose values are those of the last redraw keeps its cells and their widths (most
+        # rows of a fleet scraped in turn, on any tick)
+        memo, every, cell_widths = {}, {}, []
+        for n in names:
+            key = _shown_values(values[n])
+            was = self._memo.get(n)
+            if was is not None and was[0] == key:
+                memo[n] = was
+            else:
+                c = row_cells(values[n])
+                memo[n] = (key, c, tuple(x.cell_len for x in c))
+            every[n] = memo[n][1]
+            cell_widths.append(memo[n][2])
+        self._memo = memo
         # A column is as wide as its widest cell; the columns that do not fit the width give way
         # whole. When either changes the table is built again, as it was every tick before
         # (DataTable's own width update measures the whole column again for every cell that
         # narrowed: far slower than building it).
-        all_widths = {key: max([len(header), *(c[i].cell_len for c in every.values())])
-                      for i, (key, header) in enumerate(COLUMNS)}
+        columns = list(zip(*cell_widths)) or [()] * len(COLUMNS)
+        all_widths = {key: max((len(header), *column)) for (key, header), column in zip(COLUMNS, columns)}
         shown = shown_columns(all_widths, self._room()) if self.size.width else [k for k, _ in COLUMNS]
         index = {k: i for i, (k, _) in enumerate(COLUMNS)}
         cells = {n: [c[index[k]] for k in shown] for n, c in every.items()}
@@ -256,18 +311,48 @@ class FleetTable(DataTable):
             if keep in values:
                 self.move_cursor(row=order.index(keep))
             return
+        # The changed cells go into the table's data directly and only their rows are refreshed:
+        # DataTable.update_cell refreshes the whole table for each cell, so every visible line was
+        # drawn again though most rows had not changed (a row's cells are shared Texts, _text:
+        # the same reading is the same object).
+        changed: list[str] = []
         for name, new in cells.items():
             old = self._cells[name]
+            row = None
             for i, (key, was, now) in enumerate(zip(shown, old, new)):
-                if was != now:
-                    self.update_cell(name, key, now)
+                if was is not now:
+                    if row is None:
+                        row = self._data[RowKey(name)]
+                    row[ColumnKey(key)] = now
                     old[i] = now  # the table holds this object now: unchanged cells keep theirs
+            if row is not None:
+                changed.append(name)
+        if changed:
+            self._update_count += 1  # DataTable's own caches (the lines of a changed row) key on it
+            self._refresh_rows(changed)
         if order != self._order:
             rank = {n: i for i, n in enumerate(order)}
             self.sort("worker", key=lambda cell: rank[cell.plain])
             self._order = order
             if keep in rank:
                 self.move_cursor(row=rank[keep])
+
+    def _refresh_rows(self, names: list[str]) -> None:
+        """Repaint the lines of these rows that are on screen, not the whole table."""
+        scroll_x, scroll_y = self.scroll_offset
+        top = self.header_height if self.show_header else 0
+        ys, y = {}, top
+        for row in self.ordered_rows:
+            ys[row.key] = (y, row.height)
+            y += row.height
+        width = self.size.width
+        for name in names:
+            at = ys.get(RowKey(name))
+            if at is None:
+                continue
+            y, h = at[0] - scroll_y, at[1]
+            if y + h > top and y < self.size.height:
+                self.refresh(Region(0, y, width, h))
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False):
