@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from specmon.errors import UsageError
-from specmon.plan import check_tokens
+from specmon.bounds import check_tokens
 
 DEFAULT_ID_LIMIT = 4000
 # Prompts are not kept for the run: each arm asks for prompt i once, so a prompt is held only
