@@ -188,3 +188,18 @@ def test_plain_gateway_lines_read_as_word_by_word(lines):
         name, labels, value = _sample_line(line)
         assert (plain[0], plain[1]) == (name, labels), line
         assert plain[2] == value or (plain[2] != plain[2] and value != value), line
+
+
+@FUZZ
+@given(lines=LINES)
+def test_a_line_reads_the_same_before_and_after_the_gateway_is_known(lines):
+    """Past the first readable smg_ line, parse_gateway_metrics skips by name the series it does
+    not read: each line, read first (nothing skipped) or after a gateway line (names checked),
+    gives the same figures."""
+    for line in lines:
+        alone = parse_gateway_metrics(line + "\n")
+        after = parse_gateway_metrics("smg_worker_pool_size 2\n" + line + "\n")
+        assert (after.active, after.health, after.circuit, after.policies, after.workers) == \
+            (alone.active, alone.health, alone.circuit, alone.policies, alone.workers), line
+        if alone.is_gateway:
+            assert after.routed_total == alone.routed_total, line
