@@ -92,6 +92,7 @@ class StyledWidget(Widget):
 
     def notify_style_update(self) -> None:
         self.__dict__.pop("_specmon_styles", None)
+        self.__dict__.pop("_specmon_summed", None)
         super().notify_style_update()
 
     # -- drawing ------------------------------------------------------------------------------
@@ -157,6 +158,10 @@ class StyledWidget(Widget):
         same pieces, each with the sum of the styles over it and its offset (text selection
         reads it), so the screen and the SVG screenshots are the same as before."""
         plain = line.plain
+        if not line.style and line._spans:
+            out = self._segments_in_order(plain, line._spans, y, base)
+            if out is not None:
+                return out
         spans = list(line._spans)
         if line.style:
             spans.insert(0, (0, len(plain), line.style))
@@ -197,6 +202,47 @@ class StyledWidget(Widget):
                     rich = placed[at] = style.rich_style_with_offset(x, y)
                 out.append(Segment(piece, rich))
                 x += len(piece)
+        return out
+
+    def _segments_in_order(self, plain: str, spans, y: int, base: VisualStyle) -> Optional[list[Segment]]:
+        """_segments for the usual line (what Text.assemble and append build): spans one after
+        the other, none empty, none overlapping, no style over the whole line. The same pieces
+        with the same styles as the general sweep, without its sort and stack; the sum of the
+        base and a span's style kept from line to line (the same dozen styles on every line).
+        None for any other line (the general sweep draws it)."""
+        kept = self.__dict__.get("_specmon_summed")
+        if kept is None or kept[0] is not base or len(kept[1]) > 512:
+            kept = self._specmon_summed = (base, {None: base + VisualStyle.combine([base])})
+        summed = kept[1]
+        visual = self.__dict__.setdefault("_specmon_visual", {})  # rich style -> Textual's
+        placed = self.__dict__.setdefault("_specmon_placed", {})  # (style, x, y) -> its rich style there
+        if len(placed) > 4096:
+            placed.clear()
+        end_of_line = len(plain)
+        pieces: list[tuple[int, int, object]] = []
+        at = 0
+        for start, end, rich in spans:
+            if start < at or end <= start or end > end_of_line:
+                return None
+            if start > at:
+                pieces.append((at, start, None))
+            pieces.append((start, end, rich))
+            at = end
+        if at < end_of_line:
+            pieces.append((at, end_of_line, None))
+        out = []
+        for start, end, rich in pieces:
+            style = summed.get(rich)
+            if style is None:
+                own = visual.get(rich)
+                if own is None:
+                    own = visual[rich] = VisualStyle.from_rich_style(rich, self.app.ansi_theme)
+                style = summed[rich] = base + VisualStyle.combine([base, own])
+            where = (style, start, y)
+            placed_style = placed.get(where)
+            if placed_style is None:
+                placed_style = placed[where] = style.rich_style_with_offset(start, y)
+            out.append(Segment(plain[start:end], placed_style))
         return out
 
     def update_view(self) -> None:
