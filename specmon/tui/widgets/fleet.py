@@ -210,9 +210,13 @@ def age_shown(v: dict[str, object]) -> Optional[str]:
 
 
 def _shown_values(v: dict[str, object]) -> tuple:
-    """What a row's cells are made of: its values with the age as shown (an age within the cycle
-    moves every tick and shows the same)."""
-    return tuple(age_shown(v) if k == "stale" else x for k, x in v.items())
+    """What a row's cells are made of: its values (in row_values' order) with the age as shown
+    (an age within the cycle moves every tick and shows the same)."""
+    values = tuple(v.values())
+    return (*values[:_STALE_AT], age_shown(v), *values[_STALE_AT + 1:])
+
+
+_STALE_AT = list(row_values(ArmState(name="", index=0), None)).index("stale")
 
 
 def _sort_key(value: object) -> tuple:
@@ -246,6 +250,8 @@ class FleetTable(DataTable):
         self._row_cells: dict[tuple, tuple] = {}  # (row key, line) -> (signature, cells, fixed, scrollable)
         self._here: dict[tuple, Style] = {}  # (row, column, base style) -> the meta a click there reports
         self._frame_styles: dict = {}  # the styles of the frame being drawn (render_lines)
+        self._framing = False  # render_lines is running (what _frame_styles holds is this frame's)
+        self._placed_styles: dict[tuple, Style] = {}  # (a cell's style, its place's meta) -> the two
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.redraw)  # the columns that fit the new width
@@ -397,7 +403,7 @@ class FleetTable(DataTable):
                 here = self._here[(row_index, column_index, base_style)] = Style.from_meta(
                     {**base_style.meta, "row": row_index, "column": column_index})
             if seen_plain == plain:
-                lines = [[Segment(seg.text, seg.style.clear_meta_and_links() + here if seg.style else seg.style,
+                lines = [[Segment(seg.text, self._placed(seg.style, here) if seg.style else seg.style,
                                   seg.control) for seg in line] for line in seen]
             else:
                 full = "".join(seg.text for seg in seen[0]) if len(seen) == 1 else ""
@@ -406,7 +412,7 @@ class FleetTable(DataTable):
                     text, lines, x = full[:at] + plain + full[at + len(plain):], [[]], 0
                     for seg in seen[0]:
                         n = len(seg.text)
-                        lines[0].append(Segment(text[x:x + n], seg.style.clear_meta_and_links() + here
+                        lines[0].append(Segment(text[x:x + n], self._placed(seg.style, here)
                                                 if seg.style else seg.style, seg.control))
                         x += n
                 else:
@@ -419,6 +425,15 @@ class FleetTable(DataTable):
         self._cell_lines[(row_key, column_key)] = (value, sig, lines)
         return lines
 
+    def _placed(self, style: Style, here: Style) -> Style:
+        """A shared cell's segment style with this place's meta (style + meta, built once each)."""
+        got = self._placed_styles.get((style, here))
+        if got is None:
+            if len(self._placed_styles) > 20_000:
+                self._placed_styles.clear()
+            got = self._placed_styles[(style, here)] = style.clear_meta_and_links() + here
+        return got
+
     def _render_line_in_row(self, row_key, line_no: int, base_style: Style, cursor_location, hover_location):
         """A row's rendered cells, DataTable's way, with only the cells that changed rendered
         again: every row's age moves every tick, and rendering a whole row for it (13 cells, the
@@ -427,9 +442,8 @@ class FleetTable(DataTable):
         if (row_key is self._header_row_key or row_key not in self._data or self._labelled_row_exists
                 or self.cursor_type != "row"):
             return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
-        columns = self.ordered_columns
+        columns, widths = self._columns_and_widths()
         row_index = self._row_locations.get(row_key)
-        widths = tuple(c.get_render_width(self) for c in columns)
         # a whole row's cursor: every cell of the row is highlighted, or none (where the cursor
         # is on another row matters not, so moving it leaves the other rows' cells kept)
         cursor = self._should_highlight(cursor_location, Coordinate(row_index, 0), "row")
@@ -463,9 +477,24 @@ class FleetTable(DataTable):
 
     def render_lines(self, crop):
         # The styles a line is drawn in are the same for every line of a frame; DataTable looks
-        # them up again for each line (the widget's and the row's: ~2 of its ~30 lines' ms)
+        # them up again for each line (the widget's and the row's: ~2 of its ~30 lines' ms), and
+        # so are the columns and their widths (13 columns measured again for each line)
         self._frame_styles = {}
-        return super().render_lines(crop)
+        self._framing = True
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._framing = False
+
+    def _columns_and_widths(self) -> tuple[list, tuple[int, ...]]:
+        """The ordered columns and their render widths: once a frame while render_lines runs."""
+        got = self._frame_styles.get("columns") if self._framing else None
+        if got is None:
+            columns = self.ordered_columns
+            got = (columns, tuple(c.get_render_width(self) for c in columns))
+            if self._framing:
+                self._frame_styles["columns"] = got
+        return got
 
     def render_line(self, y: int):
         if self.fixed_rows:
@@ -496,18 +525,18 @@ class FleetTable(DataTable):
             row_key, line_no = self._get_offsets(y)
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
+        columns, widths = self._columns_and_widths()
         if row_key is self._header_row_key:
             # the header too: its labels stay while the columns do (DataTable rendered its 13
             # cells through the console again every tick, on the counter every cell update bumps)
-            cells = tuple(c.label for c in self.ordered_columns)
+            cells = tuple(c.label for c in columns)
         elif row_key not in self._data:
             return super()._render_line(y, x1, x2, base_style)
         else:
             cells = tuple(self._data[row_key].values())
         sig = (x1, x2, self.size.width, self.cursor_coordinate, self.hover_coordinate, base_style, self.cursor_type,
                self._show_hover_cursor, self._pseudo_class_state, self.show_cursor, row_key, line_no,
-               self._row_locations.get(row_key), tuple(c.get_render_width(self) for c in self.ordered_columns),
-               self.fixed_columns)
+               self._row_locations.get(row_key), widths, self.fixed_columns)
         kept = self._row_lines.get(y)
         if kept is not None and kept[1] == sig and len(kept[0]) == len(cells) and all(
                 a is b for a, b in zip(kept[0], cells)):
