@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import ArmPane, assemble
 
 
 class AcceptPane(ArmPane):
@@ -18,8 +18,8 @@ class AcceptPane(ArmPane):
         if s is None or s.accept_length is None:
             return self.unknown()
         return self.join(
-            Text.assemble((f"{s.accept_length:.2f}", self.st("value")), (" tok/step", self.st("unit"))),
-            None if s.accept_rate is None else Text.assemble(
+            assemble((f"{s.accept_length:.2f}", self.st("value")), (" tok/step", self.st("unit"))),
+            None if s.accept_rate is None else assemble(
                 ("rate ", self.st("unit")), (f"{s.accept_rate * 100:.0f}%", self.st("value"))),
         )
 

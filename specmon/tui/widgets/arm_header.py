@@ -36,11 +36,27 @@ class ArmHeader:
         self.st = host.st
         self.session = session
         self.arm_name = arm
+        self._kept: tuple = ((), [])  # (what the lines were built from, the lines)
 
     def height(self, width: int) -> int:
         return len(self.lines(width))
 
     def lines(self, width: int) -> list[Text]:
+        """The header's lines, built again only when what they show changed: they hold still
+        for a whole session but were built every tick. Kept by everything they read (the
+        server info, replaced, not changed, when it changes; the predicted knee likewise), the
+        width and the styles; the Texts kept are only read by the panel, never changed."""
+        with self.session.lock:
+            arm = self.session.arm(self.arm_name)
+            pk = arm.predicted_knee
+            key = (width, arm.url, arm.info, arm_status(arm), arm.phase, arm.phase_detail,
+                   pk.concurrency if pk is not None else None,
+                   *(self.st(n) for n in ("bad", "warn", "unit", "value", "dim")))
+            if key != self._kept[0]:
+                self._kept = (key, self._build(width))
+        return self._kept[1]
+
+    def _build(self, width: int) -> list[Text]:
         width = max(width, 20)
         dot = " · "
         with self.session.lock:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.visual import visualize
@@ -319,6 +319,33 @@ def repaint_lines(widget: Widget, regions) -> None:
         screen.check_idle()
 
 
+def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
+    """Text.assemble for what the panes join (str, (str, style) and Text parts, our own words
+    and figures, no control codes): the same text and spans in one Text built at once, not a
+    part at a time through Text.append, which sanitises and measures each (a hundred appends
+    per arm a tick were a third of building its lines)."""
+    plain: list[str] = []
+    spans: list[Span] = []
+    at = 0
+    for part in parts:
+        if isinstance(part, Text):
+            piece = part.plain
+            if part.style:
+                spans.append(Span(at, at + len(piece), part.style))
+            spans.extend(Span(at + a, at + b, style) for a, b, style in part._spans)
+        elif isinstance(part, str):
+            piece = part
+        else:
+            piece, style = part
+            if style and piece:
+                spans.append(Span(at, at + len(piece), style))
+        plain.append(piece)
+        at += len(piece)
+    out = Text("".join(plain), no_wrap=no_wrap)
+    out._spans = spans
+    return out
+
+
 class ArmPane:
     """One metric of one arm: a label, the current value, and its history. Not a widget: the
     arm's panel (ArmPanel, one widget per arm) draws the lines its panes build, with the styles
@@ -373,35 +400,31 @@ class ArmPane:
             if self.chart_height == 1 and width >= INLINE_MIN_W:
                 value.truncate(INLINE_VALUE_W, pad=True)
                 chart = self.chart(width - LABEL_W - INLINE_VALUE_W - 1, 1)
-                lines = [Text.assemble(label, value, " ", *(chart[:1] or [Text("")]), no_wrap=True)]
+                lines = [assemble(label, value, " ", *(chart[:1] or [Text("")]), no_wrap=True)]
                 note = self.note()
                 if note is not None:
-                    lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
+                    lines.append(assemble(" " * LABEL_W, note, no_wrap=True))
                 return lines
             value.truncate(width - LABEL_W)
-            lines = [Text.assemble(label, value, no_wrap=True)]
+            lines = [assemble(label, value, no_wrap=True)]
             note = self.note()
             if note is not None:
-                lines.append(Text.assemble(" " * LABEL_W, note, no_wrap=True))
+                lines.append(assemble(" " * LABEL_W, note, no_wrap=True))
             for row in self.chart(width - LABEL_W, self.chart_height):
-                lines.append(Text.assemble(" " * LABEL_W, row, no_wrap=True))
+                lines.append(assemble(" " * LABEL_W, row, no_wrap=True))
         return lines
 
     def join(self, *parts: Optional[Text | str | tuple]) -> Text:
         """Parts separated by a dim middle dot, skipping None."""
-        out = Text()
-        first = True
+        dot = (" · ", self.st("dim"))
+        out: list = []
         for p in parts:
             if p is None:
                 continue
-            if not first:
-                out.append(" · ", style=self.st("dim"))
-            first = False
-            if isinstance(p, tuple):
-                out.append(*p)
-            else:
-                out.append(p)
-        return out
+            if out:
+                out.append(dot)
+            out.append(p)
+        return assemble(*out)
 
     def unknown(self, why: str = "—") -> Text:
         return Text(why, style=self.st("dim"))

@@ -13,12 +13,32 @@ from rich.text import Text
 from specmon.model import GpuReading
 from specmon.tui import fmt
 from specmon.tui.chart import bar
-from specmon.tui.widgets.base import INLINE_MIN_W, INLINE_VALUE_W, LABEL_W, ArmPane
+from specmon.tui.widgets.base import INLINE_MIN_W, INLINE_VALUE_W, LABEL_W, ArmPane, assemble
 from specmon.tui.widgets.gpu_strip import fit
 
 
 class GpuPane(ArmPane):
     LABEL = "GPU"
+
+    def lines(self, width: int) -> list[Text]:
+        """ArmPane.lines, built again only when what the pane shows changed: a card's memory
+        and power (to the watt) hold still for many ticks. Kept by every figure it reads, its
+        history when it draws one, the width and the styles; the Texts kept are only read."""
+        with self.session.lock:
+            s = self.arm.last
+            gpus = self.session.gpus
+            figures = None if s is None else (s.gpu_mem_used_bytes, s.gpu_mem_total_bytes, s.gpu_power_w,
+                                               s.gpu_source)
+            sim = tuple((g.weights_bytes, g.kv_pool_bytes, g.cuda_graph_bytes) for g in self._simulated())
+            history = None
+            if s is None or s.gpu_source != "simulated" or self.chart_height > 1:
+                history = self.session.series(self.arm_name, "gpu_mem_used_bytes", last=max(width, 20))
+            key = (width, self.chart_height, figures, None if gpus is None else gpus.available, sim, history,
+                   *(self.st(n) for n in ("value", "unit", "dim", "bar", "bar-bad", "bar-empty", "warn", "spark")))
+            kept = self.__dict__.get("_specmon_kept")
+            if kept is None or kept[0] != key:
+                kept = self._specmon_kept = (key, super().lines(width))
+        return kept[1]
 
     def _frac(self):
         s = self.arm.last
@@ -51,24 +71,25 @@ class GpuPane(ArmPane):
         room = self._room()
         used, total, power = s.gpu_mem_used_bytes, s.gpu_mem_total_bytes, s.gpu_power_w
 
+        value, unit_style, dim = self.st("value"), self.st("unit"), self.st("dim")
+
         def form(bar_w: int, digits: int, unit: str, dot: bool) -> Text:
-            out = Text()
+            out: list = []
             if bar_w:
                 filled, empty = bar(frac, bar_w)
-                out.append(filled, style=self.st(level))
-                out.append(empty, style=self.st("bar-empty"))
-                out.append(" ")
-            out.append(fmt.gib(used), style=self.st("value"))
-            out.append(f"/{fmt.gib(total, digits)}{unit}", style=self.st("unit"))
+                out += [(filled, self.st(level)), (empty, self.st("bar-empty")), " "]
+            out += [(fmt.gib(used), value), (f"/{fmt.gib(total, digits)}{unit}", unit_style)]
             if power is not None:
-                out.append(" · " if dot else " ", style=self.st("dim"))
-                out.append(f"{power:.0f}", style=self.st("value"))
-                out.append(" W" if dot else "W", style=self.st("unit"))
-            return out
+                out += [(" · " if dot else " ", dim), (f"{power:.0f}", value), (" W" if dot else "W", unit_style)]
+            return assemble(*out)
 
-        # whole figures only: a narrower pane drops the bar, then the spaces, never a digit
-        return fit([form(10, 1, " GiB", True), form(5, 1, " GiB", True), form(0, 1, " GiB", True),
-                    form(0, 0, "G", False), Text(fmt.gib(used), style=self.st("value"))], room)
+        # whole figures only: a narrower pane drops the bar, then the spaces, never a digit (the
+        # forms built longest first until one fits, as fit() would choose among them all)
+        for shape in ((10, 1, " GiB", True), (5, 1, " GiB", True), (0, 1, " GiB", True), (0, 0, "G", False)):
+            out = form(*shape)
+            if out.cell_len <= room:
+                return out
+        return fit([Text(fmt.gib(used), style=value)], room)
 
     def split_forms(self) -> list[Text]:
         """'simulated' and what holds the memory, longest first (a form for every width)."""

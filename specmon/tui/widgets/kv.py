@@ -10,7 +10,7 @@ from rich.text import Text
 from specmon.model import kv_usage_of
 from specmon.tui import fmt
 from specmon.tui.chart import bar
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import ArmPane, assemble
 
 WARN, FULL = 0.85, 0.95
 
@@ -30,9 +30,9 @@ class KvPane(ArmPane):
         if cap is None and self.arm.info is not None:
             cap = self.arm.info.kv_capacity_tokens
         return self.join(
-            Text.assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
+            assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
                           (fmt.pct(usage).rjust(6), self.st("bad" if level == "bar-bad" else "value"))),
-            Text.assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
+            assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
                           (f"/{fmt.tokens(cap)} tok", self.st("unit"))),
         )
 
@@ -45,7 +45,7 @@ class KvPane(ArmPane):
         if not getattr(self, "_cache_seen", False):
             return None
         rate = None if s is None else s.cache_hit_rate
-        return Text.assemble(("prefix cache hit ", self.st("unit")), (fmt.pct(rate), self.st("value")))
+        return assemble(("prefix cache hit ", self.st("unit")), (fmt.pct(rate), self.st("value")))
 
     def chart(self, width: int, height: int) -> list[Text]:
         return self.spark("kv_usage", width, height, lo=0.0, hi=1.0)

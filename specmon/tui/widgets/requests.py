@@ -6,7 +6,7 @@ from rich.text import Text
 
 from specmon.tui import fmt
 from specmon.tui.chart import spark_rows
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import ArmPane, assemble
 
 
 class RequestsPane(ArmPane):
@@ -19,9 +19,9 @@ class RequestsPane(ArmPane):
         cap = self.arm.info.max_running_requests if self.arm.info else None
         queued = s.queued_reqs
         return self.join(
-            Text.assemble(("run ", self.st("unit")), (fmt.num(s.running_reqs), self.st("value")),
+            assemble(("run ", self.st("unit")), (fmt.num(s.running_reqs), self.st("value")),
                           (f"/{cap}" if cap else "", self.st("unit"))),
-            Text.assemble(("queue ", self.st("unit")),
+            assemble(("queue ", self.st("unit")),
                           (fmt.num(queued), self.st("warn" if queued else "value"))),
         )
 
@@ -38,5 +38,5 @@ class RequestsPane(ArmPane):
         right = width - 3 - left
         a = spark_rows(run, left, height, 0.0, hi)
         b = spark_rows(que, right, height, 0.0, hi)
-        return [Text.assemble((x, self.st("spark")), (" │ ", self.st("dim")), (y, self.st("spark-alt")))
+        return [assemble((x, self.st("spark")), (" │ ", self.st("dim")), (y, self.st("spark-alt")))
                 for x, y in zip(a, b)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from specmon.tui import fmt
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import ArmPane, assemble
 
 
 class ThroughputPane(ArmPane):
@@ -17,10 +17,10 @@ class ThroughputPane(ArmPane):
             return self.unknown()
         per_user = None
         if s.running_reqs:
-            per_user = Text.assemble((fmt.rate(s.gen_tok_s / s.running_reqs), self.st("value")),
+            per_user = assemble((fmt.rate(s.gen_tok_s / s.running_reqs), self.st("value")),
                                      (" /req", self.st("unit")))
         return self.join(
-            Text.assemble((fmt.rate(s.gen_tok_s), self.st("value")), (" tok/s", self.st("unit"))),
+            assemble((fmt.rate(s.gen_tok_s), self.st("value")), (" tok/s", self.st("unit"))),
             per_user,
         )
 

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from specmon.tui import fmt
 from specmon.analysis.knee import QUEUE_TTFT_SHARE, queue_share
-from specmon.tui.widgets.base import ArmPane
+from specmon.tui.widgets.base import ArmPane, assemble
 
 
 class TtftPane(ArmPane):
@@ -31,8 +31,8 @@ class TtftPane(ArmPane):
         if s is None or (s.ttft_p50_s is None and s.ttft_p90_s is None):
             return self.unknown()
         return self.join(
-            Text.assemble(("p50 ", self.st("unit")), (fmt.secs(s.ttft_p50_s), self.st("value"))),
-            Text.assemble(("p90 ", self.st("unit")), (fmt.secs(s.ttft_p90_s), self.st("value"))),
+            assemble(("p50 ", self.st("unit")), (fmt.secs(s.ttft_p50_s), self.st("value"))),
+            assemble(("p90 ", self.st("unit")), (fmt.secs(s.ttft_p90_s), self.st("value"))),
         )
 
     def chart(self, width: int, height: int) -> list[Text]:
