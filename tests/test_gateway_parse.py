@@ -203,3 +203,61 @@ def test_a_line_reads_the_same_before_and_after_the_gateway_is_known(lines):
             (alone.active, alone.health, alone.circuit, alone.policies, alone.workers), line
         if alone.is_gateway:
             assert after.routed_total == alone.routed_total, line
+
+
+def test_a_registry_that_reads_as_before_is_not_parsed_again_and_a_changed_one_is():
+    """GatewayFleet keeps the workers read from the last /workers body: the same body again
+    gives the same workers, a changed body (a worker unhealthy, one gone) is read afresh.
+    Against a real HTTP server on 127.0.0.1 answering the gateway's GETs."""
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from specmon.sources.gateway import GatewayFleet
+
+    answers = {"/workers": REGISTRY, "/readiness": {"status": "ready", "healthy_workers": 1, "total_workers": 2},
+               "/get_loads": {"workers": []}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path not in answers:
+                self.send_error(404)
+                return
+            body = json.dumps(answers[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fleet = GatewayFleet(f"http://127.0.0.1:{server.server_address[1]}", discover_metrics=False)
+
+        async def polls():
+            try:
+                first = await fleet.poll()
+                kept = fleet._registry_read[1]
+                second = await fleet.poll()
+                assert fleet._registry_read[1] is kept  # the same body: not parsed again
+                changed = json.loads(json.dumps(REGISTRY))
+                changed["workers"][0]["is_healthy"] = False
+                del changed["workers"][1]
+                answers["/workers"] = changed
+                third = await fleet.poll()
+                return first, second, third
+            finally:
+                await fleet.aclose()
+
+        first, second, third = asyncio.run(polls())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert first.status == second.status and [w.url for w in first.workers] == [w.url for w in second.workers]
+    assert [(w.url, w.healthy) for w in first.status.workers] == [
+        ("http://127.0.0.1:31004", True), ("http://127.0.0.1:31003", False)]
+    assert [(w.url, w.healthy) for w in third.status.workers] == [("http://127.0.0.1:31004", False)]
