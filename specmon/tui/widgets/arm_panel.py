@@ -64,15 +64,21 @@ class ArmPanel(StyledWidget, can_focus=True):
     # -- what it shows -----------------------------------------------------------------------
 
     def _build(self, width: int) -> tuple[list[str], list[Text]]:
-        if self.compact:
-            return ["row"], [self.row.line(width, self.has_focus)]
-        parts: list[str] = []
-        texts: list[Text] = []
-        for name, lines in (("header", self.header.lines(width)),
-                            *((n, p.lines(width)) for n, p in self.panes.items() if self.session.shows(n))):
-            parts += [name] * len(lines)
-            texts += lines
-        return parts, texts
+        # The component styles cannot change while the lines are built (on the app's loop): each
+        # is looked up once for the build, not at every use (~100 a tick per arm).
+        self._specmon_st_during = {}
+        try:
+            if self.compact:
+                return ["row"], [self.row.line(width, self.has_focus)]
+            parts: list[str] = []
+            texts: list[Text] = []
+            for name, lines in (("header", self.header.lines(width)),
+                                *((n, p.lines(width)) for n, p in self.panes.items() if self.session.shows(n))):
+                parts += [name] * len(lines)
+                texts += lines
+            return parts, texts
+        finally:
+            self._specmon_st_during = None
 
     def _update(self) -> Optional[list[int]]:
         """Build the lines for the present width; the lines whose Strip changed, or None when

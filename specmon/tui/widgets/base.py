@@ -37,6 +37,12 @@ class StyledWidget(Widget):
     }
 
     def st(self, name: str) -> Style:
+        during = self.__dict__.get("_specmon_st_during")
+        if during is not None:  # one build of the widget's lines (ArmPanel): the styles hold still
+            style = during.get(name)
+            if style is None:
+                style = during[name] = self._component_style(f"pane--{name}")
+            return style
         return self._component_style(f"pane--{name}")
 
     def arm_style(self, index: int) -> Style:
