@@ -16,7 +16,9 @@ with every event, in order, and nothing else writes the folder):
 
 Rows are appended and flushed as they happen, each in one write: a row that cannot be written
 whole (full disk) is cut back off, so a file never ends in a torn row. session.json is rewritten
-atomically on every change. A value that is not known is an empty cell (codec.py).
+atomically: at once for the session's start, the ramp, a level, a mark and the end; with the next
+tick (or the close) for server info, fleet changes and predicted knees, which come in bursts.
+A value that is not known is an empty cell (codec.py).
 
 `read_meta` reads session.json back as a typed `SessionMeta`; it accepts folders recorded
 before the event log existed (missing keys keep their defaults).
@@ -282,6 +284,11 @@ class SessionWriter:
             events_file=EVENTS_FILE)
         self.closed = False
         self.error: Optional[str] = None  # set when a write failed: the session stops on it
+        # What comes in bursts (every arm's server info at start, a fleet's workers joining,
+        # predicted knees) is written with the next tick: a 64-worker fleet's first second
+        # rewrote its 86 KB session.json 128 times (indent=2 takes json's pure-Python encoder).
+        # The events themselves are in events.jsonl at once.
+        self._meta_due = False
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStarted: self._on_started, ArmInfoUpdated: self._on_info, SamplesTick: self._on_tick,
             KneeCalled: self._on_knee, RampStarted: self._on_ramp, RequestFinished: self._on_request,
@@ -325,7 +332,7 @@ class SessionWriter:
             arm = ArmMeta(name=e.arm)
             self.meta.arms.append(arm)
         arm.version, arm.time_scale, arm.server_args = e.info.version, e.info.time_scale, e.info.server_args()
-        self._write_meta()
+        self._meta_due = True
 
     def _on_tick(self, e: SamplesTick) -> None:
         rows: list[dict[str, Any]] = []
@@ -337,6 +344,8 @@ class SessionWriter:
         self._samples.write_rows(rows)
         if e.gpus is not None:
             self._write_gpus(e.gpus, e.ts)
+        if self._meta_due:
+            self._write_meta()
 
     def _write_gpus(self, snap: GpuSnapshot, ts: float) -> None:
         """Every GPU of this tick (stamped with the tick's ts, so replay pairs them with its
@@ -356,7 +365,7 @@ class SessionWriter:
     def _on_knee(self, e: KneeCalled) -> None:
         if e.definition == "predicted" and e.predicted is not None:
             self.meta.predicted_knees[e.arm] = e.predicted
-            self._write_meta()
+            self._meta_due = True
         elif e.knee_level is not None:
             # The knee's own row was written levels ago: label it there and rewrite the (small)
             # file whole, atomically, so a reader sees either the old file or the new one.
@@ -405,7 +414,7 @@ class SessionWriter:
         known = {a.name for a in self.meta.arms}
         self.meta.arms += [_arm_meta(a) for a in e.added if a.name not in known]
         self._samples.write({"ts": e.ts, "marker": e.note})
-        self._write_meta()
+        self._meta_due = True
 
     def _on_marker(self, e: Marker) -> None:
         self._samples.write({"ts": e.ts, "marker": e.label})
@@ -429,6 +438,7 @@ class SessionWriter:
 
     # ---- files -------------------------------------------------------------------------------
     def _write_meta(self) -> None:
+        self._meta_due = False
         path = self.out_dir / "session.json"
         tmp = path.with_suffix(".json.tmp")
         try:
@@ -446,6 +456,11 @@ class SessionWriter:
         with self._lock:
             if self.closed:
                 return
+            if self._meta_due and self.error is None:
+                try:
+                    self._write_meta()
+                except RecordingError as err:
+                    self.error = str(err)
             for f in (self._samples, self._requests, self._levels, self._gpus, self._events):
                 f.close()
             self.closed = True
