@@ -65,6 +65,11 @@ def test_spark_rows_gaps_scale_and_height():
     two = spark_rows([4, 8], 2, height=2, lo=0, hi=8)
     assert two == [" █", "██"]
     assert spark_rows([0.001], 1, lo=0, hi=100) == ["▁"]  # a known non-zero value never vanishes
+    # one row (its own path): NaN is a gap, values at or under lo are blank cells, over hi full,
+    # the default scale from min(0, lowest) to the highest; the last `width` values only
+    assert spark_rows([float("nan"), -1.0, 0.0, 9.0, 4.5], 5, lo=0, hi=8) == ["   █▄"]  # 4.5 eighths: round() to 4
+    assert spark_rows([-2.0, 0.0, 2.0], 3) == [" ▄█"]
+    assert spark_rows([1.0, 2.0, 3.0, 4.0], 2, lo=0, hi=4) == ["▆█"]
 
 
 def test_bar_and_formats():

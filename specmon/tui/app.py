@@ -214,7 +214,9 @@ class SpecmonApp(App[str]):
     def redraw(self, *, arms: bool = False, ramp: bool = False, logs: bool = False) -> None:
         if self.display_paused or self._torn_down():
             return
-        self.query_one(StatusBar).refresh()
+        # update_view: repainted in the same compositor pass as the panels, and only when its
+        # words changed (refresh() took a message round trip to a second pass every tick)
+        self.query_one(StatusBar).update_view()
         self._show_chosen_panes()
         if arms:
             self._update_compact()

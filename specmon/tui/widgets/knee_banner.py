@@ -149,5 +149,7 @@ class KneeBanner(StyledWidget):
 
     def update_visibility(self) -> None:
         with self.session.lock:
-            self.display = self.session.shows("knee") and any(a.knee_news for a in self.session.arms.values())
-        self.refresh(layout=True)
+            show = self.session.shows("knee") and any(a.knee_news for a in self.session.arms.values())
+        if self.display != show:
+            self.display = show  # (a layout pass of its own)
+        self.update_view()  # a layout only when its number of lines changed
