@@ -35,25 +35,28 @@ more, CPU (user+system of the process tree, psutil) over --seconds; RSS (tree) e
 the max and last; the tmux server's own CPU beside it (what the terminal spends parsing what the
 TUI writes). Press q at the end; the case fails if the process does not exit.
 
-Measured (2026-12-01 17:05, the shared 2-core machine, quiet: load 0.3-0.8, --seconds 20):
+Measured (2026-12-01 20:05, the shared 2-core machine, quiet: load 0.2-0.3, --seconds 20; specmon's
+bytecode cached, as main() arranges):
 
   case          CPU %  tmux %  RSS    frame s  figures s
-  idle            0.2     0.0   33M     0.38        —
-  1arm            1.4     0.0   49M     0.91      2.02
-  3arm            2.7     0.1   52M     1.00      2.11
-  3arm-hl         0.7       —   31M        —      0.50
-  3arm-8gpu       4.1     0.2   53M     1.04      2.32
-  3arm-8gpu-hl    0.8       —   31M        —      0.50
-  fleet64         6.8     0.3   64M     0.69      2.62
-  fleet64-hl      3.6       —   39M        —      0.50
+  idle            0.2     0.0   33M     0.31        —
+  1arm            1.1     0.0   49M     0.54      1.70
+  3arm            2.0     0.1   51M     0.57      1.73
+  3arm-hl         0.6       —   31M        —      0.50
+  3arm-8gpu       2.6     0.1   52M     0.51      1.64
+  3arm-8gpu-hl    0.7       —   31M        —      0.50
+  fleet64         4.4     0.1   63M     0.48      1.52
+  fleet64-hl      3.0       —   39M        —      0.50
 
-  the session before, quiet (load 1.4): 1arm 2.8%, 3arm 6.0% (-hl 2.2%), fleet64 40.9% 107 MiB
-  (-hl 31.2%), frame 1.6-1.8 s. What moved it: the collectors' own keep-alive GET, a filtered
-  /metrics parse, shared psutil walks, a gateway's workers scraped in turn past 8; the writer's
-  tick in one write; panes that repaint without a message round trip and keep unchanged lines;
-  the fleet table rendering changed cells only; pydantic, httpx and prometheus_client out of
-  start-up. The targets (3 arms < 2%, the fleet table < 5%, first paint < 1 s) are not all met:
-  Textual's per-widget work for ~20 panes a tick, and for 64 rows whose age changes every tick.
+  3arm in the runs around it: 1.8, 2.0, 2.0, 2.0 (before this session's last change 2.1-2.3).
+  Earlier the same day (17:05, load 0.3-0.8; every start compiled specmon's sources then): 1arm
+  1.4%, 3arm 2.7%, 3arm-8gpu 4.1%, fleet64 6.8%, frame 0.9-1.0 s. What moved it: one widget per
+  arm drawing its header, panes and row (the compositor renders 3 arm widgets a tick, not ~24)
+  and repainting only lines that read differently; the header's and GPU lines built again only
+  when what they read changed; the fleet table's age column showing an age only past the
+  rotation's 4 s and repainting only changed rows; the gateway's unread series skipped and an
+  unchanged /workers body not parsed again; the status bar in the panels' compositor pass.
+  Targets: fleet table < 5% met, first paint < 1 s met, 3 arms < 2% at its edge (1.8-2.0).
 """
 
 from __future__ import annotations
