@@ -59,8 +59,6 @@ ROLES = ("regular", "prefill", "decode")
 CIRCUIT = {0: "closed", 1: "open", 2: "half_open"}
 _READ_SERIES = frozenset(("smg_router_requests_total", "smg_worker_requests_active", "smg_worker_health",
                           "smg_worker_cb_state", "smg_worker_selection_total"))  # what parse_gateway_metrics reads
-_GATEWAY_SERIES = ("smg_router_requests_total", "smg_worker_requests_active", "smg_worker_health",
-                   "smg_worker_cb_state", "smg_worker_selection_total", "smg_worker_pool_size")
 
 
 # --------------------------------------------------------------------------------------------
