@@ -35,17 +35,6 @@ def spark_rows(values: Sequence[Optional[float]], width: int, height: int = 1,
     if hi is None:
         hi = max(known) if known else 1.0
     span = hi - lo if hi > lo else 1.0
-    if height == 1:  # the panes' usual chart (18 of them a tick with 3 arms): one pass, one row
-        row = [" "] * (width - len(vals))
-        for v in vals:
-            if v is None or v != v:  # unknown, NaN
-                row.append(" ")
-            elif v > lo:
-                # the same figure as the general case below: frac, then eighths, at least one
-                row.append(BLOCKS[max(1, round(min(max((v - lo) / span, 0.0), 1.0) * 8))])
-            else:
-                row.append(BLOCKS[0])
-        return ["".join(row)]
     levels = height * 8
     cols: list[Optional[int]] = []
     for v in vals:
