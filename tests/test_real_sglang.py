@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import math
 import random
 import re
 import resource
@@ -318,8 +319,11 @@ def test_ramp_knee_queueing_and_prediction(real, tmp_path):
     # run at once (pool / (1024+256) would say 6.4, pool / 1024 8). In the closed loop the requests
     # drift apart and the older ones hold smaller reserves, so a 7th slips in now and then
     # (measured: running max 7 at C=8 and 12, running mean 5.2-5.6): never 8.
+    # The prediction follows the ratio SGLang exported when it was made: 0.7 at start gives 6; a
+    # scrape after decode steps had decayed it (seen once in CI: 0.17) gives floor(8192 / 1068) = 7.
     pred = next(k for k in knees if k.definition == "predicted")
-    assert pred.concurrency == 6, pred
+    ratio = float(re.search(r"new_token_ratio ([0-9.]+)", pred.detail).group(1))
+    assert pred.concurrency == math.floor(8192 / (1024 + 256 * ratio)) and pred.concurrency in (6, 7), pred
     assert running_max[2] == 2 and running_max[4] == 4 and running_max[6] == 6, report
     assert running_max[8] in (6, 7) and running_max[12] in (6, 7), report
     running_mean = {c: float(rows[c]["running_mean"]) for c in levels}
