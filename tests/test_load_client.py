@@ -271,3 +271,20 @@ def test_sse_events_in_other_legal_shapes_read_the_same():
         o, conn = _feed(other, cuts)
         assert (o.status, o.rid, o.events, [n for _, n in o.token_events], o.completion_tokens) == want, cuts
         assert conn.reusable()
+
+
+def test_the_final_event_is_read_for_its_meta_info_alone_only_where_that_is_safe():
+    import json
+
+    from specmon.load.client import _final_event
+
+    meta = {"id": "ab12", "completion_tokens": 256, "spec_verify_ct": 90, "finish_reason": {"type": "length"}}
+    ev = json.dumps({"text": " tok" * 256, "output_ids": list(range(256)), "meta_info": meta}).encode()
+    assert _final_event(ev, whole=False) == {"meta_info": meta}
+    assert _final_event(ev, whole=True) == json.loads(ev)  # multi-turn reads the answer too
+    # a quote inside the text is escaped, so the text's own "meta_info" cannot be taken for the key
+    trick = json.dumps({"text": 'say "meta_info": {"id": "fake"}}', "meta_info": meta}).encode()
+    assert _final_event(trick, whole=False) == {"meta_info": meta}
+    # meta_info not last, or not an object: the whole event, as before
+    for other in ({"meta_info": meta, "text": "z"}, {"text": "z", "meta_info": 5}):
+        assert _final_event(json.dumps(other).encode(), whole=False) == other

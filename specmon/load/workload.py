@@ -37,6 +37,7 @@ with fewer user turns than T ends with its last one.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from bisect import bisect_right
@@ -49,6 +50,13 @@ from typing import Any, Optional, Sequence, Union
 
 from specmon.errors import UsageError
 from specmon.bounds import check_tokens
+
+try:  # built at install where a compiler is (setup.py); SPECMON_NATIVE=0 leaves it out
+    from specmon.load import _fastread
+except ImportError:
+    _fastread = None
+if os.environ.get("SPECMON_NATIVE", "1") == "0":
+    _fastread = None
 
 DEFAULT_ID_LIMIT = 4000
 # Prompts are not kept for the run: each arm asks for prompt i once, so a prompt is held only
@@ -70,6 +78,8 @@ def _id_pool(id_limit: int) -> list[int]:
 
 def _draw_ids(rng: random.Random, n: int, id_limit: int) -> list[int]:
     # choices() over the shared objects picks the same values as over range(1, id_limit)
+    if _fastread is not None and n > 0:  # the same picks from the same words, in C
+        return _fastread.choices(rng.getrandbits(64 * n).to_bytes(8 * n, "little"), _id_pool(id_limit))
     return rng.choices(_id_pool(id_limit), k=n)
 
 

@@ -1,0 +1,286 @@
+"""The load client's C reader (specmon/load/_fastread.c) against its Python reader.
+
+Each stream is written to a real loopback socket one piece at a time, and each piece is taken
+by one read (the test calls the reader the event loop would call, once the piece is all in the
+socket): the same pieces through _KernelStamped._readable (Python) and through the C Reader must
+leave the same request behind: status, error, rid, event count, tokens per event, the final
+meta_info, the connection's reuse. The C reader takes only reads of whole chunks of whole
+one-line events; every other shape must reach the Python path unchanged."""
+
+import asyncio
+import fcntl
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import termios
+import time
+
+import h11
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from specmon.load import client as cl
+from specmon.load.client import GenerateClient, RequestOutcome, _Exchange, _KernelStamped, _Stream, request_body
+from specmon.load.workload import Prompt, random_ids
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the C reader is Linux's")
+
+if os.environ.get("SPECMON_NATIVE", "1") != "0":
+    # Built by `pip install -e .` (setup.py) wherever a C compiler is; on Linux it must be there.
+    from specmon.load import _fastread
+else:
+    _fastread = pytest.importorskip("specmon.load._fastread")
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+RID = "5f0c1e2d3a4b59687a8b9c0d1e2f3a4b"
+
+
+def _chunk(data: bytes, size_line: bytes = b"") -> bytes:
+    return (size_line or b"%x" % len(data)) + b"\r\n" + data + b"\r\n"
+
+
+def _event(ct, final: bool = False) -> bytes:
+    """One /generate event as SGLang writes it (json's default spacing: `"completion_tokens": 5`)."""
+    meta = {"id": RID, "finish_reason": {"type": "length", "length": ct} if final else None,
+            "prompt_tokens": 16, "completion_tokens": ct, "cached_tokens": 0}
+    if final:
+        meta.update(e2e_latency=0.5, spec_verify_ct=max(1, ct // 3))
+    text = json.dumps({"text": " tok" * ct, "output_ids": list(range(100, 100 + ct)), "meta_info": meta})
+    return b"data: " + text.encode() + b"\n\n"
+
+
+def _stream(counts, *, done: bool = True, per_chunk: int = 1) -> list[bytes]:
+    """HTTP chunks of a /generate answer with these cumulative completion_tokens, the last final."""
+    events = [_event(ct, final=k == len(counts) - 1) for k, ct in enumerate(counts)]
+    if done:
+        events.append(b"data: [DONE]\n\n")
+    return [_chunk(b"".join(events[k:k + per_chunk])) for k in range(0, len(events), per_chunk)]
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    cli = socket.socket()
+    cli.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS, as the client sets it
+    cli.connect(srv.getsockname())
+    peer, _ = srv.accept()
+    srv.close()
+    cli.setblocking(False)
+    return cli, peer
+
+
+def _wait_in(sock: socket.socket, n: int) -> None:
+    """Until n bytes are waiting in sock (loopback delivers at once; this makes it certain)."""
+    deadline = time.monotonic() + 5
+    while True:
+        have = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        if have >= n:
+            return
+        assert time.monotonic() < deadline, f"only {have} of {n} bytes arrived"
+        time.sleep(0.0005)
+
+
+def _read_through(pieces: list[bytes], native: bool, end: str = "") -> dict:
+    """The request after `pieces` (the response's bytes) each came in one read; `end`: "close"
+    or "reset" of the server's side after the last piece."""
+    loop = asyncio.new_event_loop()  # never run: the test makes the reads the loop would
+    cli, peer = _pair()
+    try:
+        conn = _Stream()
+        transport = _KernelStamped(loop, cli, conn)
+        conn.connection_made(transport)
+        assert (transport.native is not None) == (_fastread is not None)
+        read = transport.native.readable if native else transport._readable
+        conn.h11.send(h11.Request(method=b"POST", target=b"/generate",
+                                  headers=[(b"Host", b"x"), (b"Content-Length", b"0")]))
+        conn.h11.send(h11.EndOfMessage())
+        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+        o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
+        done = loop.create_future()
+        ex = conn.exchange = _Exchange(conn, o, done)
+        t0 = time.perf_counter()
+        for piece in pieces:
+            peer.sendall(piece)
+            _wait_in(cli, len(piece))
+            read()
+        if end == "reset":
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if end:
+            peer.close()
+            time.sleep(0.01)
+            read()
+        t1 = time.perf_counter()
+        if done.done():
+            GenerateClient._read_final(ex)
+        stamps = [t for t, _ in o.token_events]
+        assert all(t0 - 0.01 <= t <= t1 for t in stamps) and stamps == sorted(stamps)
+        return {"status": o.status, "error": o.error, "rid": o.rid, "events": o.events,
+                "tokens": [n for _, n in o.token_events], "completion_tokens": o.completion_tokens,
+                "meta": o.final_meta, "saw_done": ex.saw_done, "ended": o.t_end is not None,
+                "done": done.done(), "reusable": conn.reusable(), "last_event": ex.last_event,
+                "fast_reads": transport.native.fast_reads if native else 0}
+    finally:
+        if not end:
+            peer.close()
+        cli.close()
+        loop.close()
+
+
+def _same(pieces: list[bytes], end: str = "") -> dict:
+    py = _read_through(pieces, native=False, end=end)
+    c = _read_through(pieces, native=True, end=end)
+    fast = c.pop("fast_reads")
+    py.pop("fast_reads")
+    assert c == py
+    return {**c, "fast_reads": fast}
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    cuts = sorted(set(x for x in cuts if 0 < x < len(data)))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+
+def test_a_read_per_chunk_is_taken_in_c_and_reads_as_python_does():
+    counts = list(range(1, 120, 3))
+    got = _same([HEAD + _stream(counts)[0], *_stream(counts)[1:], b"0\r\n\r\n"])
+    assert got["status"] == "ok" and got["rid"] == RID and got["saw_done"] and got["reusable"]
+    assert got["tokens"] == [counts[0]] + [b - a for a, b in zip(counts, counts[1:])]
+    assert got["completion_tokens"] == counts[-1] and got["meta"]["spec_verify_ct"] == counts[-1] // 3
+    # all but the first event (its rid) and [DONE] went through C
+    assert got["fast_reads"] == len(counts) - 1
+
+
+def test_reads_of_several_chunks_and_of_several_events_a_chunk():
+    counts = list(range(2, 200, 2))
+    chunks = _stream(counts, per_chunk=3)
+    pieces = [HEAD + chunks[0]] + [b"".join(chunks[k:k + 4]) for k in range(1, len(chunks), 4)] + [b"0\r\n\r\n"]
+    got = _same(pieces)
+    assert got["status"] == "ok" and sum(got["tokens"]) == counts[-1] and got["events"] == len(counts)
+    assert got["fast_reads"] >= len(pieces) - 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=4000), max_size=12), st.integers(1, 3))
+def test_a_stream_cut_anywhere_reads_the_same_in_c_and_in_python(cuts, per_chunk):
+    raw = HEAD + b"".join(_stream(list(range(1, 60, 4)), per_chunk=per_chunk)) + b"0\r\n\r\n"
+    got = _same(_cut(raw, cuts))
+    assert got["status"] == "ok" and got["completion_tokens"] == 57
+
+
+def test_other_legal_shapes_go_to_python_or_read_the_same():
+    """Comments, multi-line events, no space after the colon, spaces before the count, a size
+    line with an extension, in upper case or with leading zeros, an event split over two chunks:
+    each read the same by both paths, whichever takes it."""
+    first = _event(1)
+    body = [
+        _chunk(_event(3).replace(b"data: ", b"data:", 1)),
+        _chunk(b": keep-alive\n\n" + _event(5)),
+        _chunk(_event(7)[:-2] + b"\nid: 9\n\n"),
+        _chunk(_event(9), size_line=b"%X" % len(_event(9))),
+        _chunk(_event(11), size_line=b"00%x" % len(_event(11))),
+        _chunk(_event(13), size_line=b"%x;name=value" % len(_event(13))),
+        _chunk(_event(15).replace(b'"completion_tokens": ', b'"completion_tokens":   ')),
+        _chunk(_event(17)[:40]), _chunk(_event(17)[40:]),
+        _chunk(_event(17).replace(b'"completion_tokens": 17', b'"completion_tokens": "?"')),
+        _chunk(b"data: \t " + _event(19)[6:]),
+        _chunk(_event(21, final=True)),
+        _chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n",
+    ]
+    got = _same([HEAD + _chunk(first), *body])
+    assert got["status"] == "ok" and got["completion_tokens"] == 21 and got["reusable"]
+    assert got["tokens"] == [1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+    assert 0 < got["fast_reads"] < len(body)  # some went through C, the odd ones through Python
+
+
+def test_an_error_event_and_a_bad_size_line_read_as_python_reads_them():
+    err = _chunk(b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
+    got = _same([HEAD + _chunk(_event(1)), _chunk(_event(2)), err, _chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"])
+    assert got["status"] == "error" and "out of memory" in got["error"]
+    got = _same([HEAD + _chunk(_event(1)), _chunk(_event(2)), b"zz\r\n" + _event(3)])
+    assert got["status"] == "error" and "chunk size" in got["error"] and not got["reusable"]
+
+
+def test_a_count_of_more_digits_than_c_reads_goes_to_python():
+    many = _event(3).replace(b'"completion_tokens": 3', b'"completion_tokens": 0000000000000000000003')
+    got = _same([HEAD + _chunk(_event(1)), _chunk(many), _chunk(_event(4, final=True)),
+                 _chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"])
+    assert got["tokens"] == [1, 2, 1] and got["fast_reads"] == 1  # only the final event went through C
+
+
+@pytest.mark.parametrize("end", ["close", "reset"])
+def test_a_server_gone_mid_stream_reads_the_same(end):
+    got = _same([HEAD + _chunk(_event(1)), _chunk(_event(2)), _chunk(_event(4))], end=end)
+    assert got["status"] == "error" and got["error"].startswith("ReadError") and got["tokens"] == [1, 1, 2]
+    assert not got["reusable"] and got["fast_reads"] == 2
+
+
+def test_the_c_reader_stamps_on_perf_counters_clock():
+    a = time.perf_counter()
+    b = _fastread.perf_now()
+    c = time.perf_counter()
+    assert a <= b <= c
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1), max_size=300))
+def test_json_ids_writes_what_json_writes(ids):
+    assert _fastread.json_ids(ids) == json.dumps(ids, separators=(",", ":")).encode()
+
+
+def test_json_ids_declines_what_is_not_a_list_of_ints():
+    for bad in ([1, True], [1, 2.0], [2 ** 64], (1, 2), [1, "2"]):
+        assert _fastread.json_ids(bad) is None
+
+
+def test_the_request_body_is_the_same_with_and_without_c(monkeypatch):
+    prompt = Prompt(input_ids=random_ids(3, 7, 1024))
+    fast = request_body(prompt, 256)
+    monkeypatch.setattr(cl, "_fastread", None)
+    assert request_body(prompt, 256) == fast
+    assert json.loads(fast) == {"input_ids": prompt.input_ids, "stream": True,
+                                "sampling_params": {"max_new_tokens": 256, "ignore_eos": True, "temperature": 0.0}}
+    assert request_body(Prompt(text="hi"), 4) == json.dumps(json.loads(request_body(Prompt(text="hi"), 4)),
+                                                           separators=(",", ":")).encode()
+
+
+def test_random_reads_of_a_real_simulator_stream():
+    """A stream the simulator wrote (its own shapes and sizes), cut at random places."""
+    from simproc import start_sim
+    from test_load_client import _captured_stream
+
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        raw = _captured_stream(sim, 64)
+    head = raw.index(b"\r\n\r\n") + 4
+    pieces = [raw[:head]]
+    rest = raw[head:]
+    while rest:  # one HTTP chunk a read, as the client reads a live stream
+        eol = rest.index(b"\r\n")
+        end = eol + 2 + int(rest[:eol], 16) + 2
+        pieces.append(rest[:end])
+        rest = rest[end:]
+    got = _same(pieces)
+    assert got["status"] == "ok" and sum(got["tokens"]) == 64 and got["fast_reads"] >= len(pieces) - 4
+    rng = random.Random(1)
+    for _ in range(30):
+        _same(_cut(raw, [rng.randrange(len(raw)) for _ in range(rng.randrange(1, 20))]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2 ** 64), st.integers(1, 3000), st.integers(2, 200_000))
+def test_choices_picks_what_random_choices_picks_and_leaves_the_generator_where_it_would(seed, n, limit):
+    pool = list(range(1, limit))
+    a, b = random.Random(seed), random.Random(seed)
+    assert _fastread.choices(a.getrandbits(64 * n).to_bytes(8 * n, "little"), pool) == b.choices(pool, k=n)
+    assert a.getstate() == b.getstate()
+
+
+def test_prompts_are_the_same_with_and_without_c(monkeypatch):
+    from specmon.load import workload
+
+    fast = [workload.random_ids(9, i, 1024) for i in range(5)]
+    monkeypatch.setattr(workload, "_fastread", None)
+    assert [workload.random_ids(9, i, 1024) for i in range(5)] == fast
