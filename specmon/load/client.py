@@ -13,7 +13,9 @@ elsewhere, it is the moment the event loop handed it to data_received. Each even
 e2e_latency / spec_verify_ct / queue_time) is decoded as JSON. SGLang sends cumulative text in
 every event, so json.loads on each would cost O(n^2) in the output length.
 benchmarks/ramp_fidelity.py measures what is left: the client against the simulator's own
-socket stamps.
+socket stamps. Where setup.py built it, the usual read (whole chunks of whole one-line events,
+the rid already known) runs in C (_fastread.c): the same reading of the same bytes, with the
+state kept here on the _Exchange; every other read comes to _Stream.received as before.
 
 Durations here are wall seconds; RequestOutcome.record() multiplies them by the arm's
 time_scale (simulated seconds per wall second) when it builds the RequestRecord.
