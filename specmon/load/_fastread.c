@@ -296,6 +296,8 @@ static PyObject *call_lost(Reader *self, PyObject *exc) {
 
 /* One read of a readable socket, as _KernelStamped._readable: the loop calls it. */
 static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->fd < 0)
+        Py_RETURN_NONE; /* closed: the number may already be another socket's */
     if (read_buf == NULL && (read_buf = PyMem_RawMalloc(READ_SIZE)) == NULL)
         return PyErr_NoMemory();
     struct iovec iov = {read_buf, READ_SIZE};
@@ -360,6 +362,11 @@ static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
     return r;
 }
 
+static PyObject *Reader_close(Reader *self, PyObject *Py_UNUSED(ignored)) {
+    self->fd = -1;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Reader_get_reads(Reader *self, void *closure) { return PyLong_FromUnsignedLongLong(self->reads); }
 static PyObject *Reader_get_fast_reads(Reader *self, void *closure) {
     return PyLong_FromUnsignedLongLong(self->fast_reads);
@@ -367,6 +374,7 @@ static PyObject *Reader_get_fast_reads(Reader *self, void *closure) {
 
 static PyMethodDef Reader_methods[] = {
     {"readable", (PyCFunction)Reader_readable, METH_NOARGS, "Read the socket once (the loop's reader callback)."},
+    {"close", (PyCFunction)Reader_close, METH_NOARGS, "Read nothing more (the socket is closed)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import h11
 
 from specmon.analysis.stats import percentile, spread_gaps
+from specmon.load import native
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
 
@@ -365,15 +366,10 @@ _READ_SIZE = 64 * 1024
 # SPECMON_KERNEL_STAMPS=0 turns them off (stamps at the read, uvloop's transport): to compare.
 KERNEL_STAMPS = sys.platform.startswith("linux") and os.environ.get("SPECMON_KERNEL_STAMPS", "1") != "0"
 
-# The same reads in C (specmon/load/_fastread.c, built at install where a compiler is): the usual
-# read, whole chunks of whole events, without a Python frame; anything else it hands to
-# _Stream.received as _readable would. SPECMON_NATIVE=0 reads in Python: to compare.
-try:
-    from specmon.load import _fastread
-except ImportError:  # not built here (no compiler, not Linux): the Python reader
-    _fastread = None
-if os.environ.get("SPECMON_NATIVE", "1") == "0":
-    _fastread = None
+# The same reads in C (specmon/load/_fastread.c, where it is built): the usual read, whole chunks
+# of whole events, without a Python frame; anything else it hands to _Stream.received as
+# _readable would.
+_fastread = native.fastread
 
 
 class _KernelStamped:
@@ -464,6 +460,8 @@ class _KernelStamped:
         if self._closing:
             return
         self._closing = True
+        if self.native is not None:
+            self.native.close()
         self._loop.remove_reader(self._fd)
         if self._out:
             self._loop.remove_writer(self._fd)

@@ -37,7 +37,6 @@ with fewer user turns than T ends with its last one.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 from bisect import bisect_right
@@ -51,12 +50,7 @@ from typing import Any, Optional, Sequence, Union
 from specmon.errors import UsageError
 from specmon.bounds import check_tokens
 
-try:  # built at install where a compiler is (setup.py); SPECMON_NATIVE=0 leaves it out
-    from specmon.load import _fastread
-except ImportError:
-    _fastread = None
-if os.environ.get("SPECMON_NATIVE", "1") == "0":
-    _fastread = None
+from specmon.load.native import fastread as _fastread  # None where it is not built
 
 DEFAULT_ID_LIMIT = 4000
 # Prompts are not kept for the run: each arm asks for prompt i once, so a prompt is held only
