@@ -35,28 +35,29 @@ more, CPU (user+system of the process tree, psutil) over --seconds; RSS (tree) e
 the max and last; the tmux server's own CPU beside it (what the terminal spends parsing what the
 TUI writes). Press q at the end; the case fails if the process does not exit.
 
-Measured (2026-12-01 20:05, the shared 2-core machine, quiet: load 0.2-0.3, --seconds 20; specmon's
-bytecode cached, as main() arranges):
+Measured (2026-12-01 23:29-23:45, the shared 2-core machine, quiet: load 0.1-0.3, --seconds 60;
+specmon's bytecode cached, as main() arranges):
 
   case          CPU %  tmux %  RSS    frame s  figures s
-  idle            0.2     0.0   33M     0.31        —
-  1arm            1.1     0.0   49M     0.54      1.70
-  3arm            2.0     0.1   51M     0.57      1.73
+  idle            0.2     0.0   33M     0.24        —
+  1arm            1.0     0.1   50M     0.52      1.64
+  3arm            1.8     0.1   53M     0.68      1.86
   3arm-hl         0.6       —   31M        —      0.50
-  3arm-8gpu       2.6     0.1   52M     0.51      1.64
+  3arm-8gpu       2.2     0.1   53M     0.59      1.74
   3arm-8gpu-hl    0.7       —   31M        —      0.50
-  fleet64         4.4     0.1   63M     0.48      1.52
-  fleet64-hl      3.0       —   39M        —      0.50
+  fleet64         3.3     0.1   66M     0.39      1.44
+  fleet64-hl      2.7       —   41M        —      0.50
 
-  3arm in the runs around it: 1.8, 2.0, 2.0, 2.0 (before this session's last change 2.1-2.3).
-  Earlier the same day (17:05, load 0.3-0.8; every start compiled specmon's sources then): 1arm
-  1.4%, 3arm 2.7%, 3arm-8gpu 4.1%, fleet64 6.8%, frame 0.9-1.0 s. What moved it: one widget per
-  arm drawing its header, panes and row (the compositor renders 3 arm widgets a tick, not ~24)
-  and repainting only lines that read differently; the header's and GPU lines built again only
-  when what they read changed; the fleet table's age column showing an age only past the
-  rotation's 4 s and repainting only changed rows; the gateway's unread series skipped and an
-  unchanged /workers body not parsed again; the status bar in the panels' compositor pass.
-  Targets: fleet table < 5% met, first paint < 1 s met, 3 arms < 2% at its edge (1.8-2.0).
+  3arm over seven 60 s runs: 1.6, 1.7, 1.7, 1.8, 1.9, 2.1, 1.9 (one 120 s run: 1.6); with 20 s
+  windows earlier the same day 1.8-2.0. The spread is the machine's: the same code, minutes apart.
+  Earlier the same day (17:05, every start compiling specmon's sources then): 1arm 1.4%, 3arm
+  2.7%, 3arm-8gpu 4.1%, fleet64 6.8%, frame 0.9-1.0 s. What moved it: one widget per arm drawing
+  its header, panes and row (the compositor renders 3 arm widgets a tick, not ~24) and
+  repainting only lines that read differently; the header's and GPU lines built again only when
+  what they read changed; the fleet table's age column showing an age only past the rotation's
+  4 s and repainting only changed rows; the gateway's unread series skipped and an unchanged
+  /workers body not parsed again; the status bar in the panels' compositor pass.
+  Targets: fleet table < 5% met, first paint < 1 s met, 3 arms < 2% in five of seven runs.
 """
 
 from __future__ import annotations
