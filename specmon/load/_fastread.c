@@ -4,7 +4,7 @@
  * Why: at 1,000 streams the client reads ~380 times per 1,000 tokens, and in Python each read
  * (uvloop's callback, recvmsg with a fresh 64 KiB buffer, the stamp, the chunk framing, the SSE
  * scan) cost ~20 us of a core: most of what the client spent. Here a read is the system call
- * and a few hundred nanoseconds.
+ * (~5.7 us with 1,000 sockets open, the kernel's part) and about a microsecond more.
  *
  * What it does is a strict subset of client.py's Python path, the common case only: a read
  * that holds whole HTTP chunks, each holding whole one-line `data: {...}` events, of a request
