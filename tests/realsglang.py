@@ -53,6 +53,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Iterator  # noqa: E402
 
 from simproc import free_port  # noqa: E402,F401  (one free-port helper for both servers)
+from specmon.sources import logparse as lp  # noqa: E402
 
 READY_LINE = "The server is fired up and ready to roll!"
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -97,8 +98,10 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def start_real(log_path: Path, *flags: str, metrics: bool = True, timeout_s: float = 300.0) -> Iterator[RealServer]:
-    """A real SGLang server on a free loopback port, ready (/health 200), stopped with its group at exit."""
+def start_real(log_path: Path, *flags: str, metrics: bool = True, timeout_s: float = 240.0) -> Iterator[RealServer]:
+    """A real SGLang server on a free loopback port, ready (/health 200), stopped with its group at exit.
+    timeout_s stays below pytest's 300 s per test, so a server that never gets ready fails with its
+    log's tail rather than with pytest's timeout."""
     port = free_port()
     env = dict(os.environ, **CPU_ENV)
     log = open(log_path, "wb")
@@ -112,6 +115,9 @@ def start_real(log_path: Path, *flags: str, metrics: bool = True, timeout_s: flo
                 raise RuntimeError(f"real SGLang exited ({proc.returncode}): {server.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"real SGLang not ready in {timeout_s:g} s: {server.log_text()[-3000:]}")
+            # uvicorn's bind failure does not end SGLang's launcher for minutes (logparse._BIND_ERROR)
+            if any(lp.bind_error(line) for line in server.log_text().splitlines()[-50:]):
+                raise RuntimeError(f"real SGLang could not bind port {port}: {server.log_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(server.url + "/health", timeout=5) as r:
                     if r.status == 200:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +24,23 @@ from typing import Iterator, Optional
 
 import psutil
 
+from specmon.servers.launch import free_port as launch_free_port
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free 127.0.0.1 port, never the same one twice in a test run, picked the way specmon picks
+    ports for the servers it launches: below the kernel's ephemeral range. A bind(0) port is one
+    the kernel hands out again before a slow server binds it: a real SGLang scheduler opens eight
+    listeners on kernel-picked ports ~25 s after launch, before its HTTP server binds, and one
+    taking the HTTP port leaves a server that accepts /health but never answers it."""
+    port = launch_free_port(avoid=_HANDED_OUT)
+    _HANDED_OUT.add(port)
+    return port
 
 
 @dataclass

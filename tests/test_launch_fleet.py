@@ -106,6 +106,38 @@ def test_the_gateway_argv_regular_and_pd(tmp_path):
     assert sup.gateway.layout.launch.env["HF_ENDPOINT"] == "http://127.0.0.1:7"  # the layout's own, kept
 
 
+def test_automatic_ports_keep_clear_of_the_named_ones_and_of_the_kernels_ephemeral_range(tmp_path):
+    """A port the kernel hands out by bind(0) it hands out again: CI once saw the gateway's picked
+    port taken by the prefill worker's bootstrap port, which the test had from bind(0) too."""
+    from specmon.servers.launch import ephemeral_range
+    lo, hi = ephemeral_range()
+    pd, _ = parse_layout(SIM + textwrap.dedent("""
+        arms:
+          - {name: p, launch: {flags: {disaggregation_mode: prefill, disaggregation_bootstrap_port: 21000}}}
+          - {name: d, launch: {flags: {disaggregation_mode: decode}}}
+          - {name: e, launch: {port: 21001, flags: {disaggregation_mode: decode}}}
+        gateway: {name: pdgw, metrics_port: 21002}
+        """), "pd.yaml", env={})
+    for i in range(100):
+        sup = Supervisor(pd, tmp_path / str(i))
+        auto = [sup.launched["p"].port, sup.launched["d"].port, sup.gateway.port]
+        ports = auto + [21000, 21001, 21002]
+        assert len(set(ports)) == len(ports), ports
+        assert sup.launched["e"].port == 21001
+        assert not [p for p in auto if lo <= p <= hi], (auto, lo, hi)
+
+
+def test_the_tests_own_ports_keep_clear_of_the_kernels_ephemeral_range():
+    """The tests' servers get their ports the same way: CI once saw a real SGLang scheduler's own
+    listener (on a kernel-picked port) take the HTTP port the test had from bind(0), and the server
+    accepted /health for 300 s without answering it."""
+    from specmon.servers.launch import ephemeral_range
+    lo, hi = ephemeral_range()
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert not [p for p in ports if lo <= p <= hi], (lo, hi)
+
+
 def group_pids(log_dir: Path) -> dict[str, int]:
     out = {}
     for log in log_dir.glob("*.log"):

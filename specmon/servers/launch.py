@@ -47,6 +47,7 @@ import atexit
 import ctypes
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -72,14 +73,45 @@ TAIL_LINES = 40  # kept per arm for the failure message
 LOG_LINES_PER_S = 25  # LogLine events per arm per second; the file always gets every line
 
 
+# Ports specmon picks for launched servers come from below the kernel's ephemeral range when it
+# leaves room: a port from bind(0) is one the kernel hands out again, to the next bind(0) or to an
+# outgoing connection's local end, in the seconds between the pick and the server's own bind.
+AUTO_PORTS = (20000, 32768)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1", avoid: frozenset[int] | set[int] = frozenset()) -> int:
+    """A port nothing listens on and not in avoid: a random one in AUTO_PORTS outside the ephemeral
+    range, or the kernel's pick where that range covers AUTO_PORTS."""
+    lo, hi = AUTO_PORTS
+    elo, ehi = ephemeral_range()
+    room = [(lo, min(hi, elo)), (max(lo, ehi + 1), hi)]
+    room = [(a, b) for a, b in room if b - a >= 100]
+    rng = random.Random()
     for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
+        if room:
+            a, b = rng.choice(room)
+            port = rng.randrange(a, b)
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
         if port not in avoid and port_free(host, port):
             return port
     raise ServerError(f"no free TCP port found on {host}")
+
+
+def named_ports(flags: dict) -> set[int]:
+    """The ports a server's flags name (port, disaggregation_bootstrap_port, metrics ports...): kept
+    out of the automatic picks, so no two servers of a layout get the same one."""
+    return {v for k, v in flags.items() if k.endswith("port") and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def port_free(host: str, port: int) -> bool:
@@ -422,7 +454,13 @@ class Supervisor:
         self._stopped = False
         self._reaper = _Reaper(grace_s=min(grace_s, 5.0))
         self.launched: dict[str, LaunchedArm] = {}
+        # Every port the layout names first, then the automatic picks around them.
         taken: set[int] = set()
+        for arm in layout.launched:
+            assert arm.launch is not None
+            taken |= named_ports(arm.launch.flags) | {arm.launch.port or 0}
+        if layout.gateway is not None:
+            taken |= named_ports(layout.gateway.flags) | {layout.gateway.port or 0, layout.gateway.metrics_port or 0}
         for arm in layout.launched:
             assert arm.launch is not None
             port = arm.launch.port or free_port(arm.launch.host, avoid=taken)
