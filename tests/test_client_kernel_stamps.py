@@ -4,7 +4,6 @@ transport they are stamped when the loop got to them."""
 
 import asyncio
 import json
-import re
 import socket
 import sys
 import threading
@@ -12,14 +11,11 @@ import time
 
 import pytest
 
+from loopback_http import STREAM_HEAD, chunk, read_request
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.workload import Workload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _event(n: int, final: bool = False) -> bytes:
@@ -32,19 +28,12 @@ def _serve(srv: socket.socket, sent: dict) -> None:
     """One streamed answer on 127.0.0.1: a first event, then 0.3 s later a second, stamped."""
     c, _ = srv.accept()
     with c:
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            buf += c.recv(65536)
-        head, _, rest = buf.partition(b"\r\n\r\n")
-        n = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-        while len(rest) < n:
-            rest += c.recv(65536)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  + _chunk(_event(1)))
+        read_request(c)
+        c.sendall(STREAM_HEAD + chunk(_event(1)))
         time.sleep(0.3)
         sent["t"] = time.perf_counter()
-        c.sendall(_chunk(_event(3, final=True)))
-        c.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        c.sendall(chunk(_event(3, final=True)))
+        c.sendall(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         c.recv(1)  # until the client closes
 
 

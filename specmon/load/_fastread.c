@@ -40,6 +40,11 @@
 #define MAX_EVENTS 512
 
 static _Thread_local char *read_buf = NULL;
+/* The pacer (load/loop.py, LoadLoop.pace): called at the first read of a loop pass while no
+ * pause is due, it schedules one short pause after the pass, so the next pass finds many
+ * sockets ready. */
+static _Thread_local PyObject *pacer = NULL;
+static _Thread_local int pause_due = 0;
 
 static PyObject *s_exchange, *s_received, *s_lost, *s_between_chunks, *s_o, *s_t_activity, *s_last_tokens, *s_last_buf, *s_last_lo, *s_last_hi, *s_events, *s_add_t, *s_add_n;
 
@@ -300,6 +305,13 @@ static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
         Py_RETURN_NONE; /* closed: the number may already be another socket's */
     if (read_buf == NULL && (read_buf = PyMem_RawMalloc(READ_SIZE)) == NULL)
         return PyErr_NoMemory();
+    if (pacer != NULL && !pause_due) {
+        pause_due = 1;
+        PyObject *r = PyObject_CallNoArgs(pacer);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
     struct iovec iov = {read_buf, READ_SIZE};
     union {
         char c[CMSG_SPACE(sizeof(struct timespec)) + 64];
@@ -485,7 +497,20 @@ static PyObject *mono_now(PyObject *self, PyObject *Py_UNUSED(ignored)) {
     return PyFloat_FromDouble(clock_s(CLOCK_MONOTONIC));
 }
 
+static PyObject *set_pacer(PyObject *self, PyObject *cb) {
+    Py_XSETREF(pacer, cb == Py_None ? NULL : Py_NewRef(cb));
+    pause_due = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *paused(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+    pause_due = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_pacer", set_pacer, METH_O, "This thread's readers call cb() at a pass's first read (None: no pacer)."},
+    {"paused", paused, METH_NOARGS, "The pause is over: the next read calls the pacer again."},
     {"perf_now", mono_now, METH_NOARGS, "The clock the reader stamps with (time.perf_counter's)."},
     {"choices", choices, METH_VARARGS, "random.choices(pool, k) from getrandbits(64 * k) as little-endian bytes."},
     {"json_ids", json_ids, METH_O, "json.dumps(ids, separators=(',', ':')).encode() for a list of ints; else None."},

@@ -18,6 +18,7 @@ import time
 from typing import Any, Coroutine, Optional
 
 from specmon.analysis.stats import percentile
+from specmon.load import native
 
 try:
     import uvloop
@@ -25,6 +26,9 @@ except ImportError:  # Windows, or an install without it: asyncio's own loop
     uvloop = None
 
 LAG_TICK_S = 0.05
+# The pacer's pause (see LoadLoop.pace): well under the gap between one stream's chunks (a
+# decode step, >= ~5 ms on any GPU), so a pause never holds two chunks of a stream in one read.
+PACE_PAUSE_S = 0.001
 
 
 class LoadLoop:
@@ -32,8 +36,11 @@ class LoadLoop:
         self.loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._lags: list[float] = []
-        self._lag_task: Optional[asyncio.Future] = None
+        self._lag_timer: Optional[asyncio.TimerHandle] = None
+        self._lag_due = 0.0
         self.cpu_s = 0.0  # CPU seconds this thread spent, updated by the lag ticker
+        self.pacing = False
+        self.pauses = 0  # the pacer's pauses so far: loop passes that read a socket while pacing
         self._thread.start()
 
     def _main(self) -> None:
@@ -48,18 +55,56 @@ class LoadLoop:
         """Blocking variant for code that is not on an event loop."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def start_lag_probe(self) -> None:
-        if self._lag_task is None:
-            self._lag_task = asyncio.run_coroutine_threadsafe(self._lag_probe(), self.loop)
+    # ---- pacing -------------------------------------------------------------------------------
+    def pace(self, on: bool) -> None:
+        """Pause PACE_PAUSE_S after each loop pass that read a socket, while `on` (from any thread).
 
-    async def _lag_probe(self) -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(LAG_TICK_S)
-            self._lags.append(max(0.0, time.perf_counter() - t - LAG_TICK_S))
-            self.cpu_s = time.thread_time()
-            if len(self._lags) > 100_000:
-                del self._lags[:50_000]
+        Why: a server writes one decode step's chunks to its C streams one after another, so
+        without a pause the loop wakes for nearly every chunk alone: at 1,000 streams ~87k
+        wake-ups (an epoll wait and a thread switch each) for ~98k reads. After a 1 ms pause
+        the next pass finds every socket that became readable meanwhile (~13k wake-ups). The
+        stamps do not move: a read's stamp is the kernel's receive time (_KernelStamped), not
+        the time of the read. What a pause delays is this client's own next step: a closed-
+        loop stream's next request goes out up to PACE_PAUSE_S later (its TTFT still counts
+        from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
+        it on only for levels of many streams, where the wake-ups cost; only the C reader
+        (load/_fastread.c) paces, so without it this does nothing."""
+        if native.fastread is not None:
+            self.loop.call_soon_threadsafe(self._set_pace, on)
+
+    def _set_pace(self, on: bool) -> None:  # on the load thread: the reader's pacer is per thread
+        fr = native.fastread
+        self.pacing = on
+        fr.set_pacer(self._pause_after_pass if on else None)
+
+    def _pause_after_pass(self) -> None:
+        # called by the C reader at a pass's first read: the pause runs after the pass's reads
+        self.loop.call_soon(self._pause)
+
+    def _pause(self) -> None:
+        self.pauses += 1
+        time.sleep(PACE_PAUSE_S)  # the GIL is released: the session's thread runs meanwhile
+        native.fastread.paused()
+
+    # ---- lag ----------------------------------------------------------------------------------
+    def start_lag_probe(self) -> None:
+        self.loop.call_soon_threadsafe(self._start_lag)
+
+    def _start_lag(self) -> None:
+        if self._lag_timer is None:
+            self._lag_due = time.perf_counter() + LAG_TICK_S
+            self._lag_timer = self.loop.call_later(LAG_TICK_S, self._lag_tick)
+
+    def _lag_tick(self) -> None:
+        # A plain timer callback, not a task sleeping in a loop: asyncio.sleep's future and
+        # task step cost ~70 us a tick, 20 ticks a second for the whole session.
+        now = time.perf_counter()
+        self._lags.append(max(0.0, now - self._lag_due))
+        self.cpu_s = time.thread_time()
+        if len(self._lags) > 100_000:
+            del self._lags[:50_000]
+        self._lag_due = now + LAG_TICK_S
+        self._lag_timer = self.loop.call_later(LAG_TICK_S, self._lag_tick)
 
     def lag_stats(self, reset: bool = False) -> dict[str, Optional[float]]:
         lags = list(self._lags)
@@ -69,6 +114,11 @@ class LoadLoop:
                 "lag_max_s": max(lags) if lags else None, "lag_samples": len(lags)}
 
     async def _shutdown(self) -> None:
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
+            self._lag_timer = None
+        if self.pacing:
+            self._set_pace(False)
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()

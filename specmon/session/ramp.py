@@ -98,12 +98,19 @@ _DENIALS = {401: "401 Unauthorized", 403: "403 Forbidden"}
 _STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
 
 
+# Levels of at least this many streams (all arms together) pace the load loop (LoadLoop.pace),
+# where every server runs at real time.
+PACE_FROM_STREAMS = 64
+
+
 class Backoff:
     """One stream's wait before its next request, from how its last request ended."""
 
     def __init__(self, rng: Optional[random.Random] = None):
         self.step = 0.0
-        self._rng = rng or random.Random()
+        # random's shared generator unless given one: a Random() of its own per stream read
+        # os.urandom to seed itself, ~15 us each, 1,000 at the start of a level at C=1,000
+        self._rng = rng or random
 
     def after(self, o: RequestOutcome) -> float:
         """Seconds to wait now: 0 after any answer but a 429/503 (or after a cancel)."""
@@ -407,6 +414,12 @@ class RampDriver:
         def wake() -> None:  # on the load thread
             loop.call_soon_threadsafe(drain)
 
+        # Closed-loop levels of many streams on servers at real time: a simulator sped up 20x
+        # steps in under a millisecond, and a pause would put two of a stream's chunks in one read.
+        ahead = self._undenied()
+        self._load.pace(rate is None and c * len(ahead) >= PACE_FROM_STREAMS
+                        and all(self.scales.get(a, 1.0) == 1.0 for a in ahead))
+
         level.wake = wake
         fut = self._load.submit(self._level_on_load_loop(i, c, level, clients) if rate is None
                                 else self._rate_level_on_load_loop(i, rate, level, clients))
@@ -686,6 +699,10 @@ class RampDriver:
         self._finished(level, arm, o)  # after the notices: one wake-up hands over both
         return True
 
+    def _undenied(self) -> list[str]:
+        """The names of the arms that still get requests (none refused this ramp's credentials)."""
+        return [a.name for a in self.arms if a.name not in self.denied]
+
     def _take_prompt(self, arm: str) -> int:
         """The next prompt (conversation) index of this arm: every arm sends the same sequence."""
         idx = self._next_prompt[arm]
@@ -710,7 +727,7 @@ class RampDriver:
         # count against the server either. What the connects took is recorded apart
         # (load_client connect_s); a connection that failed or went stale is opened again by
         # the request that needs it, and that request's TTFT includes its connect.
-        ahead = [a.name for a in self.arms if a.name not in self.denied]
+        ahead = self._undenied()
         t = time.monotonic()
         opened = await asyncio.gather(*(clients[a].prepare(c) for a in ahead), return_exceptions=True)
         level.connect_s = round(time.monotonic() - t, 4)
@@ -783,7 +800,7 @@ class RampDriver:
                     level.think[arm].append((t, time.time()))
 
         urls = {a.name: public_url(a.url) for a in self.arms}
-        live_arms = [a.name for a in self.arms if a.name not in self.denied]
+        live_arms = self._undenied()
         for a in live_arms:
             level.streams[a] = c
         tasks = [asyncio.create_task(worker(a, k)) for a in live_arms for k in range(c)]
@@ -854,7 +871,7 @@ class RampDriver:
         level.planned_t1 = level.t0 + (horizon if horizon is not None else n_max / rate) / pace
         stop = asyncio.Event()
         urls = {a.name: public_url(a.url) for a in self.arms}
-        live_arms = [a.name for a in self.arms if a.name not in self.denied]
+        live_arms = self._undenied()
         for a in live_arms:
             level.cut[a] = asyncio.Event()
 

@@ -1,0 +1,113 @@
+"""The load loop's pacer (LoadLoop.pace): a pause after each pass that read a socket, so one
+pass serves many streams, while every chunk keeps the time it arrived (the kernel's stamp).
+
+A real loopback server streams to N connections at once, a few events each at known times; the
+client reads through the C reader on a LoadLoop paced with a pause far longer than the real
+one, so a stamp taken at the read would be late by tens of milliseconds."""
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from loopback_http import STREAM_HEAD, chunk, read_request
+from specmon.load import loop as load_loop
+from specmon.load import native
+from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.loop import LoadLoop
+from specmon.load.workload import Workload
+
+pytestmark = pytest.mark.skipif(native.fastread is None or not sys.platform.startswith("linux"),
+                                reason="only the C reader paces (Linux, built by setup.py)")
+
+STREAMS = 16
+GAP_S = 0.15  # between one stream's events: longer than the test's pause, as a decode step is
+PAUSE_S = 0.05
+
+
+def _event(n: int, final: bool = False) -> bytes:
+    meta = {"id": "feedc0de", "completion_tokens": n, "prompt_tokens": 8,
+            "finish_reason": {"type": "length"} if final else None}
+    return b"data: " + json.dumps({"text": "x" * n, "meta_info": meta}, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _serve(srv: socket.socket, sent: list) -> None:
+    """Every connection's request first, then the same event to each in turn, GAP_S apart; the
+    perf stamp of each write, per event."""
+    conns = []
+    for _ in range(STREAMS):
+        c, _ = srv.accept()
+        read_request(c)
+        conns.append(c)
+    for c in conns:
+        c.sendall(STREAM_HEAD + chunk(_event(1)))
+    for k in range(2, 6):
+        time.sleep(GAP_S)
+        stamps = []
+        for c in conns:
+            c.sendall(chunk(_event(k, final=k == 5)))
+            stamps.append(time.perf_counter())
+        sent.append(stamps)
+    for c in conns:
+        c.sendall(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    time.sleep(0.5)
+    for c in conns:
+        c.close()
+
+
+def test_a_paced_loop_reads_many_streams_a_pass_and_keeps_the_arrival_times(monkeypatch):
+    monkeypatch.setattr(load_loop, "PACE_PAUSE_S", PAUSE_S)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(STREAMS)
+    sent: list = []
+    server = threading.Thread(target=_serve, args=(srv, sent), daemon=True)
+    server.start()
+    load = LoadLoop(name="test-pacing")
+    try:
+        load.pace(True)
+
+        async def run() -> list:
+            client = GenerateClient(f"http://127.0.0.1:{srv.getsockname()[1]}", max_concurrency=STREAMS)
+            assert client.kernel_stamps
+            outs = [RequestOutcome(request_id=f"r{k}", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+                    for k in range(STREAMS)]
+            prompt = Workload(input_len=8).prompt(0)
+            await asyncio.gather(*(client.generate(prompt, 5, o) for o in outs))
+            await client.aclose()
+            return outs
+
+        outs = load.call(run(), timeout=30)
+        assert load.pacing
+    finally:
+        load.stop()
+        srv.close()
+    server.join(5)
+    assert all(o.status == "ok" for o in outs), [o.error for o in outs]
+    # the four timed events of each stream, each stamped when it arrived, not when it was read
+    late = []
+    for s, o in enumerate(outs):
+        assert [n for _, n in o.token_events] == [1, 1, 1, 1, 1]
+        for k in range(4):
+            late.append(o.token_events[k + 1][0] - sent[k][s])
+    late.sort()
+    # (a stamp is never later than the write it follows; a little before it when the server
+    # thread lost the CPU between its write and its perf_counter)
+    assert -0.05 < late[0] and late[len(late) // 2] < 0.005 and late[-1] < 0.02, late
+    # one pause a pass: the 64 timed events came in far fewer passes than reads
+    assert 4 <= load.pauses <= 24, load.pauses
+
+
+def test_pacing_off_pauses_nothing():
+    load = LoadLoop(name="test-pacing-off")
+    try:
+        load.pace(True)
+        load.pace(False)
+        time.sleep(0.1)
+        assert not load.pacing and load.pauses == 0
+    finally:
+        load.stop()
