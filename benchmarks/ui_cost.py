@@ -170,7 +170,8 @@ def tree(p: psutil.Process) -> list[psutil.Process]:
 
 
 def start_profile(args, case: str, root: psutil.Process, tmp: Path) -> Optional[subprocess.Popen]:
-    """With --profile: py-spy samples the specmon process over the measured window (100 Hz, without
+    """With --profile: py-spy samples the specmon process over the measured window (100 Hz, or
+    SPECMON_PYSPY_RATE: 1000 gives a 60 s window of a 0.6% process ~400 samples; without
     stopping it; py-spy's own CPU is outside the measured tree), raw stacks into TMP/CASE.pyspy."""
     if not args.profile:
         return None
@@ -178,7 +179,7 @@ def start_profile(args, case: str, root: psutil.Process, tmp: Path) -> Optional[
     target = next((q for q in [root, *root.children(recursive=True)] if "python" in q.name().lower()), root)
     out = tmp / f"{case}.pyspy"
     print(f"{case}: py-spy on pid {target.pid} -> {out}", file=sys.stderr)
-    return subprocess.Popen([spy, "record", "-p", str(target.pid), "-d", f"{args.seconds:.0f}", "-r", "100",
+    return subprocess.Popen([spy, "record", "-p", str(target.pid), "-d", f"{args.seconds:.0f}", "-r", os.environ.get("SPECMON_PYSPY_RATE", "100"),
                              "--nonblocking", "-f", "raw", "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

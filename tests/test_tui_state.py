@@ -3,8 +3,11 @@ event reconstruction (over a folder written by the real Recorder with known valu
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+
+from hypothesis import given, settings, strategies as st
 
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, KneeCalled, LevelFinished, LevelResult, LevelStarted, LogLine, Marker, Sample,
@@ -12,7 +15,7 @@ from specmon.model import (
 )
 from specmon.session.replay import ReplaySource
 from specmon.tui import fmt
-from specmon.tui.chart import Series, bar, spark_rows, xy_plot
+from specmon.tui.chart import BLOCKS, Series, bar, spark_rows, xy_plot
 from specmon.analysis.knee import queue_share
 from specmon.model import KneesSummary, PowerKneeSummary, SloSummary
 from specmon.tui.state import SessionState
@@ -70,6 +73,40 @@ def test_spark_rows_gaps_scale_and_height():
     assert spark_rows([float("nan"), -1.0, 0.0, 9.0, 4.5], 5, lo=0, hi=8) == ["   █▄"]  # 4.5 eighths: round() to 4
     assert spark_rows([-2.0, 0.0, 2.0], 3) == [" ▄█"]
     assert spark_rows([1.0, 2.0, 3.0, 4.0], 2, lo=0, hi=4) == ["▆█"]
+
+
+def _spark_reference(values, width, height=1, lo=None, hi=None):
+    """spark_rows as its docstring says it, cell by cell and row by row."""
+    vals = list(values)[-width:] if width > 0 else []
+    known = [v for v in vals if v is not None and not math.isnan(v)]
+    lo = (min(0.0, min(known)) if known else 0.0) if lo is None else lo
+    hi = (max(known) if known else 1.0) if hi is None else hi
+    span = hi - lo if hi > lo else 1.0
+    height = max(height, 1)
+    rows = []
+    for r in range(height):
+        line = " " * (max(width, 0) - len(vals))
+        for v in vals:
+            if v is None or math.isnan(v):
+                line += " "
+                continue
+            eighths = max(1, round(min(max((v - lo) / span, 0.0), 1.0) * height * 8)) if v > lo else 0
+            line += BLOCKS[min(max(eighths - (height - 1 - r) * 8, 0), 8)]
+        rows.append(line)
+    return rows
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.just(float("nan")), st.floats(-1e6, 1e6)), max_size=30),
+       st.integers(-1, 40), st.integers(0, 4), st.one_of(st.none(), st.floats(-10, 10)),
+       st.one_of(st.none(), st.floats(-10, 1e3)))
+def test_spark_rows_is_its_cell_by_cell_definition(values, width, height, lo, hi):
+    assert spark_rows(values, width, height, lo, hi) == _spark_reference(values, width, height, lo, hi)
+
+
+def test_spark_rows_draws_infinities_without_raising():
+    assert spark_rows([float("inf"), 1.0, float("-inf")], 3, lo=0, hi=8) == ["█▁ "]
+    assert len(spark_rows([float("inf"), 2.0], 4)[0]) == 4
 
 
 def test_bar_and_formats():
@@ -185,3 +222,33 @@ def test_state_stays_bounded_under_fleet_churn():
     for k in range(HISTORY_POINTS + 10):  # one arm's history stays at its bound
         st.apply(SamplesTick(samples=[Sample(ts=t + k, arm=live, up=True, kv_usage=0.5)], ts=t + k))
     assert len(st.series(live, "kv_usage")) == HISTORY_POINTS
+
+
+# ---- base.text and base.assemble: the panes' Text, built without rich's per-string translate
+_PIECES = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+
+
+@given(_PIECES, st.sampled_from([None, True]))
+@settings(max_examples=300, deadline=None)
+def test_text_is_richs_text_for_any_string(plain, no_wrap):
+    from rich.style import Style
+    from rich.text import Text
+    from specmon.tui.widgets.base import text
+    style = Style(bold=True)
+    ours, theirs = text(plain, style, no_wrap=no_wrap), Text(plain, style=style, no_wrap=no_wrap)
+    assert (ours.plain, ours.style, ours.no_wrap, ours._spans, len(ours)) == \
+        (theirs.plain, theirs.style, theirs.no_wrap, theirs._spans, len(theirs))
+    assert ours.cell_len == theirs.cell_len and ours.markup == theirs.markup
+
+
+@given(st.lists(st.one_of(_PIECES, st.tuples(_PIECES, st.sampled_from(["bold", "red"]))), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_assemble_is_text_assemble(parts):
+    from rich.style import Style
+    from rich.text import Text
+    from specmon.tui.widgets.base import assemble
+    parts = [p if isinstance(p, str) else (p[0], Style.parse(p[1])) for p in parts]
+    ours, theirs = assemble(*parts), Text.assemble(*parts)
+    assert ours.plain == theirs.plain and len(ours) == len(theirs)
+    drawn = lambda t: [(s.start, s.end, s.style) for s in t._spans if s.end > s.start]  # noqa: E731
+    assert drawn(ours) == drawn(theirs)  # (rich keeps a span of a piece that was all control codes: empty)

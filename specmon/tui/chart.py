@@ -26,35 +26,33 @@ def spark_rows(values: Sequence[Optional[float]], width: int, height: int = 1,
     lo/hi fix the scale (e.g. 0..1 for a usage share); by default 0..max so a flat line at a
     high value does not look empty, and a flat zero stays at the bottom.
     """
+    # Each panel draws ~10 of these a tick at ~70 columns: one comprehension for the cells'
+    # eighths and one glyph table per row (a Python loop with min/max per cell cost ~80 us each,
+    # a fifth of a 3-arm tick). `v != v` is NaN's test.
     width = max(width, 0)
     height = max(height, 1)
     vals = list(values)[-width:] if width else []
-    known = [v for v in vals if v is not None and not math.isnan(v)]
+    known = [v for v in vals if v is not None and v == v]
     if lo is None:
         lo = min(0.0, min(known)) if known else 0.0
     if hi is None:
         hi = max(known) if known else 1.0
     span = hi - lo if hi > lo else 1.0
     levels = height * 8
-    cols: list[Optional[int]] = []
-    for v in vals:
-        if v is None or math.isnan(v):
-            cols.append(None)
-        else:
-            frac = min(max((v - lo) / span, 0.0), 1.0)
-            # A known non-zero value never vanishes: at least one eighth of a cell.
-            cols.append(max(1, round(frac * levels)) if v > lo else 0)
-    pad = width - len(cols)
+    # a cell's eighths from the bottom; -1 a gap (the glyph tables end with a blank for it).
+    # A known non-zero value never vanishes: at least one eighth of a cell.
+    # (v > lo makes the share positive: only its top is clamped, and round() of a positive
+    # share under one eighth is 0, made 1)
+    cols = [-1 if v is None or v != v else
+            0 if v <= lo else
+            (round(f * levels) or 1) if (f := (v - lo) / span) < 1.0 else levels
+            for v in vals]
+    pad = " " * (width - len(cols))
     rows = []
     for r in range(height):
         floor = (height - 1 - r) * 8  # eighths below this row
-        line = [" "] * pad
-        for c in cols:
-            if c is None:
-                line.append(" ")
-            else:
-                line.append(BLOCKS[min(max(c - floor, 0), 8)])
-        rows.append("".join(line))
+        glyph = [BLOCKS[min(max(c - floor, 0), 8)] for c in range(levels + 1)] + [" "]
+        rows.append(pad + "".join([glyph[c] for c in cols]))
     return rows
 
 

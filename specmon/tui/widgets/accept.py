@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from specmon.tui.widgets.base import ArmPane, assemble
+from specmon.tui.widgets.base import ArmPane, assemble, text
 
 
 class AcceptPane(ArmPane):
@@ -13,7 +13,7 @@ class AcceptPane(ArmPane):
     def value(self) -> Text:
         arm = self.arm
         if arm.speculation is False:
-            return Text("no speculation", style=self.st("dim"))
+            return text("no speculation", self.st("dim"))
         s = arm.last
         if s is None or s.accept_length is None:
             return self.unknown()

@@ -10,6 +10,7 @@ import functools
 from operator import itemgetter
 from typing import Optional, Sequence
 
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
@@ -325,11 +326,26 @@ def repaint_lines(widget: Widget, regions) -> None:
         screen.check_idle()
 
 
+def text(plain: str, style: Style | str = "", no_wrap: Optional[bool] = None) -> Text:
+    """Text(plain, style=style): rich's constructor takes control codes out of every string
+    with a str.translate, ~4 us for a pane's line (~150 lines and pieces a tick with 3 arms).
+    A string with none in it (isprintable: no C0/C1 control, which is all translate removes)
+    is taken as it is; any other goes through the constructor."""
+    if not plain.isprintable():
+        return Text(plain, style=style, no_wrap=no_wrap)
+    out = Text("", style=style, no_wrap=no_wrap)
+    if plain:
+        out._text = [plain]
+        out._length = len(plain)
+    return out
+
+
 def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
-    """Text.assemble for what the panes join (str, (str, style) and Text parts, our own words
-    and figures, no control codes): the same text and spans in one Text built at once, not a
-    part at a time through Text.append, which sanitises and measures each (a hundred appends
-    per arm a tick were a third of building its lines)."""
+    """Text.assemble for what the panes join (str, (str, style) and Text parts): the same text
+    and spans in one Text built at once, not a part at a time through Text.append, which
+    sanitises and measures each (a hundred appends per arm a tick were a third of building its
+    lines). A piece with a control code in it (a server's model name can hold anything) loses
+    it first, as Text.append would take it out, so the spans still fall on their pieces."""
     plain: list[str] = []
     spans: list[Span] = []
     at = 0
@@ -340,14 +356,16 @@ def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
                 spans.append(Span(at, at + len(piece), part.style))
             spans.extend(Span(at + a, at + b, style) for a, b, style in part._spans)
         elif isinstance(part, str):
-            piece = part
+            piece = part if part.isprintable() else strip_control_codes(part)
         else:
             piece, style = part
+            if not piece.isprintable():
+                piece = strip_control_codes(piece)
             if style and piece:
                 spans.append(Span(at, at + len(piece), style))
         plain.append(piece)
         at += len(piece)
-    out = Text("".join(plain), no_wrap=no_wrap)
+    out = text("".join(plain), no_wrap=no_wrap)
     out._spans = spans
     return out
 
@@ -387,7 +405,8 @@ class ArmPane:
     def spark(self, key: str, width: int, height: int, lo=None, hi=None,
               style: str = "spark") -> list[Text]:
         rows = spark_rows(self.session.series(self.arm_name, key, last=max(width, 0)), width, height, lo, hi)
-        return [Text(r, style=self.st(style)) for r in rows]
+        st = self.st(style)
+        return [text(r, st) for r in rows]
 
     def height(self, width: int) -> int:
         """Lines the pane takes at this width."""
@@ -402,7 +421,7 @@ class ArmPane:
         width = max(width, 20)
         with self.session.lock:
             value = self.value()
-            label = Text(self.LABEL.ljust(LABEL_W), style=self.st("label"))
+            label = text(self.LABEL.ljust(LABEL_W), self.st("label"))
             if self.chart_height == 1 and width >= INLINE_MIN_W:
                 value.truncate(INLINE_VALUE_W, pad=True)
                 chart = self.chart(width - LABEL_W - INLINE_VALUE_W - 1, 1)
@@ -433,7 +452,7 @@ class ArmPane:
         return assemble(*out)
 
     def unknown(self, why: str = "—") -> Text:
-        return Text(why, style=self.st("dim"))
+        return text(why, self.st("dim"))
 
 
 def split_width(width: int, parts: Sequence[int]) -> list[int]:

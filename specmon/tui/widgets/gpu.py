@@ -13,7 +13,7 @@ from rich.text import Text
 from specmon.model import GpuReading
 from specmon.tui import fmt
 from specmon.tui.chart import bar
-from specmon.tui.widgets.base import INLINE_MIN_W, INLINE_VALUE_W, LABEL_W, ArmPane, assemble
+from specmon.tui.widgets.base import INLINE_MIN_W, INLINE_VALUE_W, LABEL_W, ArmPane, assemble, text
 from specmon.tui.widgets.gpu_strip import fit
 
 
@@ -89,7 +89,7 @@ class GpuPane(ArmPane):
             out = form(*shape)
             if out.cell_len <= room:
                 return out
-        return fit([Text(fmt.gib(used), style=value)], room)
+        return fit([text(fmt.gib(used), value)], room)
 
     def split_forms(self) -> list[Text]:
         """'simulated' and what holds the memory, longest first (a form for every width)."""
@@ -108,12 +108,12 @@ class GpuPane(ArmPane):
         colon = (":", self.st("dim"))
         gib_unit, g_unit = (" GiB", self.st("unit")), ("G", self.st("unit"))
         forms = [
-            Text.assemble(tag, colon, *figure("weights", w), *figure("· KV pool", kv), *figure("· graphs", gr), gib_unit),
-            Text.assemble(tag, colon, *figure("weights", w), *figure("· KV", kv), *figure("· graphs", gr), gib_unit),
-            Text.assemble(tag, colon, *figure("weights", w), *figure("KV", kv), gib_unit),
-            Text.assemble(tag, colon, *figure("weights", w), *figure("KV", kv), g_unit),
-            Text.assemble(tag, colon, *figure("KV", kv), gib_unit),
-            Text.assemble(tag),
+            assemble(tag, colon, *figure("weights", w), *figure("· KV pool", kv), *figure("· graphs", gr), gib_unit),
+            assemble(tag, colon, *figure("weights", w), *figure("· KV", kv), *figure("· graphs", gr), gib_unit),
+            assemble(tag, colon, *figure("weights", w), *figure("KV", kv), gib_unit),
+            assemble(tag, colon, *figure("weights", w), *figure("KV", kv), g_unit),
+            assemble(tag, colon, *figure("KV", kv), gib_unit),
+            assemble(tag),
             Text("sim", style=self.st("warn")),
         ]
         if w is None and kv is None:

@@ -16,7 +16,7 @@ from specmon.model import GpuReading
 from specmon.tui import fmt
 from specmon.tui.chart import bar
 from specmon.tui.state import SessionState
-from specmon.tui.widgets.base import StyledWidget, assemble
+from specmon.tui.widgets.base import StyledWidget, assemble, text
 
 CELL_W = 38  # one GPU: "GPU0 ████▌     71.2/95.6G 310W 62°"
 
@@ -126,8 +126,8 @@ class GpuStrip(StyledWidget):
         c.style = label.style
         return c
 
-    def _label(self, text: str, style=None) -> Text:
-        return Text(text, style=style if style is not None else self.st("label"))
+    def _label(self, words: str, style=None) -> Text:
+        return text(words, style if style is not None else self.st("label"))
 
     def cells(self) -> list[list[Text]]:
         snap, host = self.session.gpus, self.session.host
@@ -143,7 +143,7 @@ class GpuStrip(StyledWidget):
             for g in sim:
                 arm = self.session.arms.get(g.arm) if g.arm is not None else None
                 name = (g.arm or "?") + (f" GPU{g.index}" if per_arm[g.arm] > 1 else "")
-                label = Text(f" {name} ", style=self.arm_style(arm.index) if arm is not None else self.st("label"))
+                label = text(f" {name} ", self.arm_style(arm.index) if arm is not None else self.st("label"))
                 cells.append([self._gpu_cell(label, g, 8, True), self._gpu_cell(label, g, 5, True),
                               self._gpu_cell(label, g, 5, False), self._gpu_cell(label, g, 0, False)])
         if real:
@@ -156,18 +156,17 @@ class GpuStrip(StyledWidget):
         lead = " host GPU " if sim else " GPU "
         if snap is None:
             why = "no host GPU reading in this session" if self.session.ticks else "no NVML reading yet"
-            cells.append([Text.assemble((lead, self.st("label")), (why, self.st("dim")))])
+            cells.append([assemble((lead, self.st("label")), (why, self.st("dim")))])
         elif not snap.available:
-            cells.append([Text.assemble((lead, self.st("label")), (f, self.st("warn" if not sim else "dim")))
+            cells.append([assemble((lead, self.st("label")), (f, self.st("warn" if not sim else "dim")))
                           for f in nvml_state_forms(snap.reason)])
         if host is not None:
-            h = Text.assemble((" host ", self.st("label")), ("cpu ", self.st("unit")),
-                              (fmt.num(host.cpu_pct), self.st("value")), ("%", self.st("unit")))
+            parts = [(" host ", self.st("label")), ("cpu ", self.st("unit")),
+                     (fmt.num(host.cpu_pct), self.st("value")), ("%", self.st("unit"))]
             if host.mem_used_bytes is not None:
-                h.append(" mem ", style=self.st("unit"))
-                h.append(fmt.gib(host.mem_used_bytes, 0), style=self.st("value"))
-                h.append(f"/{fmt.gib(host.mem_total_bytes, 0)}G", style=self.st("unit"))
-            cells.append([h])
+                parts += [(" mem ", self.st("unit")), (fmt.gib(host.mem_used_bytes, 0), self.st("value")),
+                          (f"/{fmt.gib(host.mem_total_bytes, 0)}G", self.st("unit"))]
+            cells.append([assemble(*parts)])
         return cells
 
     def render(self) -> Text:

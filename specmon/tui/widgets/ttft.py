@@ -6,7 +6,7 @@ from rich.text import Text
 
 from specmon.tui import fmt
 from specmon.analysis.knee import QUEUE_TTFT_SHARE, queue_share
-from specmon.tui.widgets.base import ArmPane, assemble
+from specmon.tui.widgets.base import ArmPane, assemble, text
 
 
 class TtftPane(ArmPane):
@@ -20,11 +20,11 @@ class TtftPane(ArmPane):
         s = self.arm.last
         share = queue_share(s) if s is not None else None
         if share is None:
-            return Text("queue share —", style=self.st("dim"))
+            return text("queue share —", self.st("dim"))
         words = f"TTFT {fmt.secs(s.ttft_mean_s)}: {fmt.secs(s.queue_time_mean_s)} queue"
         if share > QUEUE_TTFT_SHARE:
-            return Text("▲ " + words, style=self.st("warn"))
-        return Text(f"{words} ({share * 100:.0f}%)", style=self.st("dim"))
+            return text("▲ " + words, self.st("warn"))
+        return text(f"{words} ({share * 100:.0f}%)", self.st("dim"))
 
     def value(self) -> Text:
         s = self.arm.last
