@@ -39,6 +39,7 @@ $HOME/.cache/specmon/peers/<tool>; bench_serving comes from the real-SGLang venv
 into peers/bench_serving without its dependencies plus the few bench_serving imports.
 
     .venv/bin/python benchmarks/peers_client.py [--levels 32,150,500,1000] [--tools specmon,aiperf,guidellm,bench_serving]
+                                                [--repeat N]   # N runs each, the median-CPU run shown
     .venv/bin/python benchmarks/peers_client.py --setup      # only build the venvs and the tokenizer
 
 Time-sensitive: on a shared machine the figures move with its load (printed with them).
@@ -47,6 +48,7 @@ Time-sensitive: on a shared machine the figures move with its load (printed with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -462,6 +464,19 @@ def print_table(rows: list[Row]) -> None:
           "the client's whole process tree")
 
 
+def medians(rows: list[Row]) -> list[Row]:
+    """One row per tool and C from its runs: the run of median CPU over the whole run (its
+    figures as measured, nothing averaged), the CPU range of all its runs in the note."""
+    out = []
+    for key in dict.fromkeys((r.tool, r.c) for r in rows):
+        runs = sorted((r for r in rows if (r.tool, r.c) == key), key=lambda r: r.cpu_1k)
+        mid = runs[(len(runs) - 1) // 2]
+        spread = (f"{len(runs)} runs: cpu/1k {runs[0].cpu_1k:.1f}-{runs[-1].cpu_1k:.1f}, load cpu/1k "
+                  f"{min(r.load_cpu_1k for r in runs):.1f}-{max(r.load_cpu_1k for r in runs):.1f}")
+        out.append(dataclasses.replace(mid, note="; ".join(x for x in (spread, mid.note) if x)))
+    return out
+
+
 def print_targets(rows: list[Row]) -> None:
     """specmon against the issue's targets, from the rows of this run."""
     mine = {r.c: r for r in rows if r.tool == "specmon"}
@@ -491,6 +506,8 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--profile", default="nvfp4-mtp")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each tool at each C, round by round; the table shows each tool's median-CPU run")
     ap.add_argument("--setup", action="store_true", help="only build the venvs and the tokenizer")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, wire logs, exports)")
     ap.add_argument("--_specmon", nargs=6, help=argparse.SUPPRESS)
@@ -507,6 +524,9 @@ def main() -> int:
         print(f"--tools: unknown {', '.join(bad)}; expected some of {', '.join(TOOLS)}", file=sys.stderr)
         return 2
     levels = [int(x) for x in a.levels.split(",")]
+    if a.repeat < 1:
+        print(f"--repeat: expected a count of runs >= 1, got {a.repeat}", file=sys.stderr)
+        return 2
     pythons = {t: ensure_venv(t) for t in tools if t != "specmon"}
     # Every client starts with its bytecode cached, as after its first run: pip compiled the peers'
     # at install; an editable install leaves specmon's to its first run.
@@ -522,8 +542,9 @@ def main() -> int:
           f"load average at start {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; work in {work}", flush=True)
     for c in levels:
         n = max(c, 200) if a.requests == "auto" else int(a.requests)
-        for tool in tools:
-            d = work / f"{tool}-C{c}"
+        # round by round, every tool once a round: what the machine does meanwhile falls on all
+        for rep, tool in ((r, t) for r in range(a.repeat) for t in tools):
+            d = work / (f"{tool}-C{c}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
             d.mkdir()
             wire_log = d / "wire.jsonl"
             load0 = os.getloadavg()[0]
@@ -547,6 +568,8 @@ def main() -> int:
             row.note = "; ".join(x for x in (row.note, f"load {load0:.1f}->{os.getloadavg()[0]:.1f}") if x)
             rows.append(row)
             print_table([row])
+    if a.repeat > 1:
+        rows = medians(rows)
     print_table(rows)
     print_targets(rows)
     if not a.keep:
