@@ -112,22 +112,32 @@ def test_rate_levels_offer_seeded_arrivals_and_cut_an_over_saturated_level(tmp_p
     assert session["ramp_plan"]["rates"] == [1.0, 6.0] and session["ramp_plan"]["arrival"] == "poisson"
 
 
+# A workload whose SLO edge falls at one C, not across several: without a drafter every request of
+# a level takes the same steps, so a level's streams stay in step and the k-th prefill of a round
+# waits for the k-1 before it (TTFT p99 0.13, 0.23-0.25, 0.34-0.37, 0.46-0.50, 0.58-0.62 s at
+# C=1..5, measured at speed 10 and 20). A TTFT SLO between two of those steps is met by every
+# request up to C=3 and missed by the last of each round from C=4 on (attainment 21-53 of 59 there,
+# with a busy-looping process beside it). With the drafter (fp8-mtp) and an SLO of 0.6 s the
+# rounds fell apart, attainment hovered at 52-57 of 59 from C=5 to C=8, and the full ramp's
+# C_SLO and the search's answer were two separate draws from that band (4 and 6 in one CI run).
+# Speed 10, not 20: a millisecond of the machine's jitter is 10 ms of the server's time, not 20.
+SLO_SIM = ("--enable-metrics", "--profile", "fp8-nospec", "--max-total-tokens", "20000")
+SLO_SPEED = 10
 SEARCH = ["--input-len", "1800", "--output-len", "50", "--requests-per-level", "60", "--settle", "0",
-          "--slo-ttft", "0.6"]
+          "--slo-ttft", "0.42"]
 
 
 def test_slo_search_brackets_the_full_ramps_knee(tmp_path):
-    sim_flags = ("--enable-metrics", "--profile", "fp8-mtp", "--max-total-tokens", "20000")
     # The full ramp: every concurrency from 1 to 14 (its SLO knee is the largest C that met it).
     plan = RampPlan(levels=list(range(1, 15)), input_len=1800, output_len=50, requests_per_level=60, settle_s=0,
-                    slo_ttft_s=0.6)
-    with start_sim(*sim_flags, speed=20) as sim:
+                    slo_ttft_s=0.42)
+    with start_sim(*SLO_SIM, speed=SLO_SPEED) as sim:
         ramp, events, reason = run_ramp(sim.url, plan, tmp_path / "full", interval=0.25)
     assert reason == "ramp done"
     full = ramp.knees["sim"].slo.c_slo
     assert full is not None and 2 < full < 14, [(r.offered_concurrency, r.slo_met, r.slo_n) for r in ramp.results["sim"]]
     # The search, as a user runs it: headless, over the same range.
-    with start_sim(*sim_flags, speed=20) as sim:
+    with start_sim(*SLO_SIM, speed=SLO_SPEED) as sim:
         p = subprocess.run([sys.executable, "-m", "specmon", "ramp", sim.url, *SEARCH, "--search", "--max-level", "14",
                             "--headless", "--interval", "0.25", "--out", str(tmp_path / "search")],
                            capture_output=True, text=True, timeout=400, cwd=str(REPO))
