@@ -418,42 +418,55 @@ def test_client_agrees_with_bench_serving(real, tmp_path):
     cores with the clients (and other work), so one run can be served slower than the other;
     the raw ratios and the server's pace are printed."""
     c, n = 4, 16
-    # An empty radix cache before each run: specmon's seeded prompts may have been sent by an
-    # earlier test on this server, and cached prefixes would make its TTFT look better.
-    flush_when_idle(real.url)
-    s0 = server_sums(real.url)
-    bench = bench_serving(real.url, c, n, tmp_path / "bench.jsonl")
-    flush_when_idle(real.url)
-    s1 = server_sums(real.url)
-    ours = specmon_level(real.url, c, n, tmp_path / "s")
-    s2 = server_sums(real.url)
-    sb, so = server_means(s0, s1), server_means(s1, s2)
-    assert sb["requests"] == n and so["requests"] == n and sb["tokens"] == so["tokens"] == n * OSL
-    # The same prefill work in both runs: every prompt token computed, (almost) none from the cache.
-    for run in (sb, so):
-        assert run["prefill_cache"] <= 0.01 * n * ISL and run["prefill_compute"] >= 0.99 * n * ISL, run
-    raw_ttft = ours["mean_ttft_ms"] / bench["mean_ttft_ms"]
-    raw_tput = ours["output_throughput"] / bench["output_throughput"]
-    pace = so["e2e_ms"] / sb["e2e_ms"]  # < 1: the server served specmon's run faster
-    norm_ttft = raw_ttft / (so["ttft_ms"] / sb["ttft_ms"])
-    norm_tput = raw_tput * pace
-    print(f"C={c} n={n}: bench_serving TTFT {bench['mean_ttft_ms']:.1f} ms, {bench['output_throughput']:.1f} tok/s, "
-          f"e2e {bench['mean_e2e_latency_ms']:.0f} ms, client CPU {bench['client_cpu_s']:.1f} s (incl. its imports); "
-          f"specmon TTFT {ours['mean_ttft_ms']:.1f} ms, {ours['output_throughput']:.1f} tok/s, "
-          f"e2e {ours['mean_e2e_latency_ms']:.0f} ms, client CPU {ours['client_cpu_s']} s; "
-          f"server's own TTFT/e2e: bench run {sb['ttft_ms']:.1f}/{sb['e2e_ms']:.0f} ms, specmon run "
-          f"{so['ttft_ms']:.1f}/{so['e2e_ms']:.0f} ms; raw ratios TTFT {raw_ttft:.3f}, tok/s {raw_tput:.3f}; "
-          f"server pace {pace:.3f}; pace-normalised TTFT {norm_ttft:.3f}, tok/s {norm_tput:.3f}; "
-          f"client/server TTFT: bench {bench['mean_ttft_ms'] / sb['ttft_ms']:.3f}, specmon {ours['mean_ttft_ms'] / so['ttft_ms']:.3f}")
-    assert bench["completed"] == n and ours["completed"] == n
-    # Each client against the server over its own run: e2e within 5 %. TTFT: at 65-150 ms on the
-    # CPU engine both clients read 11-18 ms more than the server's own histogram (its clock starts
-    # after the request is parsed and queued for the tokenizer; seen on 2026-12-01 with this code
-    # and the code before it alike: ratios 1.07-1.23, bench_serving 1.09-1.14), so a 5 % ratio
-    # does not hold for either client there. What must hold: specmon's excess over the server is
-    # no larger than bench_serving's (+5 ms of scheduling noise).
-    assert ours["mean_e2e_latency_ms"] / so["e2e_ms"] == pytest.approx(1.0, abs=0.05)
-    assert bench["mean_e2e_latency_ms"] / sb["e2e_ms"] == pytest.approx(1.0, abs=0.05)
-    assert ours["mean_ttft_ms"] - so["ttft_ms"] <= bench["mean_ttft_ms"] - sb["ttft_ms"] + 5.0
-    # specmon vs bench_serving, the server's pace taken out: throughput within 5 %.
-    assert norm_tput == pytest.approx(1.0, abs=0.05)
+    # Two rounds, the order swapped in the second (bench_serving's own CPU, 8-9 s with its imports,
+    # slows the server it shares two cores with; whoever runs second finds the server warmer).
+    # Every figure is checked in every round; the TTFT excess over the server is compared over
+    # both rounds together (below).
+    excess = {"bench": [], "ours": []}
+    for rnd, order in enumerate((("bench", "ours"), ("ours", "bench"))):
+        got, srv = {}, {}
+        for who in order:
+            # An empty radix cache before each run: specmon's seeded prompts may have been sent by
+            # an earlier run on this server, and cached prefixes would make its TTFT look better.
+            flush_when_idle(real.url)
+            s0 = server_sums(real.url)
+            got[who] = (bench_serving(real.url, c, n, tmp_path / f"bench{rnd}.jsonl") if who == "bench"
+                        else specmon_level(real.url, c, n, tmp_path / f"s{rnd}"))
+            srv[who] = server_means(s0, server_sums(real.url))
+        bench, ours, sb, so = got["bench"], got["ours"], srv["bench"], srv["ours"]
+        assert sb["requests"] == n and so["requests"] == n and sb["tokens"] == so["tokens"] == n * OSL
+        # The same prefill work in both runs: every prompt token computed, (almost) none from the cache.
+        for run in (sb, so):
+            assert run["prefill_cache"] <= 0.01 * n * ISL and run["prefill_compute"] >= 0.99 * n * ISL, run
+        raw_ttft = ours["mean_ttft_ms"] / bench["mean_ttft_ms"]
+        raw_tput = ours["output_throughput"] / bench["output_throughput"]
+        pace = so["e2e_ms"] / sb["e2e_ms"]  # < 1: the server served specmon's run faster
+        norm_ttft = raw_ttft / (so["ttft_ms"] / sb["ttft_ms"])
+        norm_tput = raw_tput * pace
+        print(f"round {rnd + 1} ({' then '.join(order)}) C={c} n={n}: bench_serving TTFT {bench['mean_ttft_ms']:.1f} ms, "
+              f"{bench['output_throughput']:.1f} tok/s, "
+              f"e2e {bench['mean_e2e_latency_ms']:.0f} ms, client CPU {bench['client_cpu_s']:.1f} s (incl. its imports); "
+              f"specmon TTFT {ours['mean_ttft_ms']:.1f} ms, {ours['output_throughput']:.1f} tok/s, "
+              f"e2e {ours['mean_e2e_latency_ms']:.0f} ms, client CPU {ours['client_cpu_s']} s; "
+              f"server's own TTFT/e2e: bench run {sb['ttft_ms']:.1f}/{sb['e2e_ms']:.0f} ms, specmon run "
+              f"{so['ttft_ms']:.1f}/{so['e2e_ms']:.0f} ms; raw ratios TTFT {raw_ttft:.3f}, tok/s {raw_tput:.3f}; "
+              f"server pace {pace:.3f}; pace-normalised TTFT {norm_ttft:.3f}, tok/s {norm_tput:.3f}; "
+              f"client/server TTFT: bench {bench['mean_ttft_ms'] / sb['ttft_ms']:.3f}, specmon {ours['mean_ttft_ms'] / so['ttft_ms']:.3f}")
+        assert bench["completed"] == n and ours["completed"] == n
+        # Each client against the server over its own run: e2e within 5 %.
+        assert ours["mean_e2e_latency_ms"] / so["e2e_ms"] == pytest.approx(1.0, abs=0.05)
+        assert bench["mean_e2e_latency_ms"] / sb["e2e_ms"] == pytest.approx(1.0, abs=0.05)
+        # specmon vs bench_serving, the server's pace taken out: throughput within 5 %.
+        assert norm_tput == pytest.approx(1.0, abs=0.05)
+        excess["bench"].append(bench["mean_ttft_ms"] - sb["ttft_ms"])
+        excess["ours"].append(ours["mean_ttft_ms"] - so["ttft_ms"])
+    # TTFT: at 65-1,160 ms on the CPU engine both clients read 11-28 ms more than the server's own
+    # histogram (its clock starts after the request is parsed and queued for the tokenizer; seen
+    # on 2026-12-01 with this code and the code before it alike: ratios 1.07-1.23, bench_serving
+    # 1.09-1.14), so a 5 % ratio does not hold for either client there. What must hold: specmon's
+    # excess over the server is no larger than bench_serving's (+5 ms of scheduling noise). One
+    # pair of runs was too few: a CI run on 2026-12-02 read 21.5 ms for specmon and 15.0 for
+    # bench_serving, with the server's own TTFT 74.6 ms in one run and 143.8 in the other; the
+    # mean of each client's two runs is compared.
+    print(f"TTFT excess over the server, ms: specmon {excess['ours']}, bench_serving {excess['bench']}")
+    assert statistics.fmean(excess["ours"]) <= statistics.fmean(excess["bench"]) + 5.0
