@@ -4,6 +4,7 @@ import asyncio
 import re
 import time
 
+import pytest
 
 from simproc import start_sim
 from specmon.load.client import GenerateClient, RequestOutcome
@@ -167,11 +168,11 @@ def _captured_stream(sim, n_tokens):
     return raw
 
 
-def _feed(raw, cuts):
-    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would."""
-    import h11
-
-    from specmon.load.client import _Exchange, _Stream
+def _feed(raw, cuts, via_h11=False):
+    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would (a
+    head cut short goes to h11, a whole one is read by the client itself; via_h11: every head
+    goes to h11, as before the client read heads itself)."""
+    from specmon.load.client import _Exchange, _h11_after_request, _Stream
 
     class _Transport:  # the socket end: nothing is written back in these tests
         closed = False
@@ -186,9 +187,8 @@ def _feed(raw, cuts):
     try:
         conn = _Stream()
         conn.connection_made(_Transport())
-        conn.h11.send(h11.Request(method=b"POST", target=b"/generate", headers=[(b"Host", b"x"),
-                                                                               (b"Content-Length", b"0")]))
-        conn.h11.send(h11.EndOfMessage())
+        if via_h11:
+            conn.h11 = _h11_after_request()
         o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
         o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
         done = loop.create_future()
@@ -226,6 +226,68 @@ def test_chunked_stream_read_the_same_however_the_socket_splits_it():
     bad = raw[:head_end] + b"zz\r\n" + raw[head_end:]
     o, conn = _feed(bad, [])
     assert o.status == "error" and "chunk size" in o.error and not conn.reusable()
+
+
+def test_the_clients_own_reading_of_a_response_head_is_h11s():
+    """Heads the client reads itself (the usual 200 + chunked) and heads it leaves to h11 (any
+    other) give the same request as h11 reading every head: status, tokens, keep-alive, the
+    error text; a head h11 refuses is refused the same way."""
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        raw = _captured_stream(sim, 6)
+    head_end = raw.index(b"\r\n\r\n") + 4
+    body = raw[head_end:]
+    sized = b'{"error": {"message": "busy"}}'
+    heads = [
+        raw[:head_end],
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 \r\ntransfer-encoding:chunked\r\nX-Empty:\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: CHUNKED \t\r\nConnection: keep-alive, Close\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n folded: on\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nBad Name: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\x01b\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n",
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: %d\r\n\r\n" % len(sized),
+        b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ]
+    for head in heads:
+        response = head + (sized if b"Content-Length: %d" % len(sized) in head else
+                           b"data" if b"Content-Length: 4" in head else body)
+        for cuts in ([], [len(head) - 1], [len(head) + 1]):
+            got = [_feed(response, cuts, via_h11=h) for h in (False, True)]
+            (o, conn), (o11, conn11) = got
+            seen = [(x.status, x.error, x.http_status, x.retry_after_s, x.t_first_byte is not None, x.rid,
+                     [n for _, n in x.token_events], c.reusable()) for x, c in got]
+            assert seen[0] == seen[1], (head, cuts, seen)
+    whole, conn = _feed(raw, [])
+    assert whole.status == "ok" and conn.reusable() and conn.h11 is None  # read without h11
+
+
+def test_the_request_head_is_the_one_h11_writes(monkeypatch):
+    """The client writes each request's head itself: the bytes h11 would write for it; a key h11
+    would refuse is refused when the client is made, and the key never appears in the message."""
+    import h11
+
+    from specmon.load.client import GenerateClient
+
+    monkeypatch.setenv("SPECMON_TEST_KEY", "sk-1234")
+    c = GenerateClient("http://127.0.0.1:9/v1/", max_concurrency=1, api_key_env="SPECMON_TEST_KEY")
+    payload = b'{"input_ids":[1,2,3]}'
+    ours = c._head_prefix + b"%d\r\n\r\n" % len(payload) + payload
+    h = h11.Connection(h11.CLIENT)
+    theirs = h.send(h11.Request(method=b"POST", target=b"/v1/generate",
+                                headers=[(b"Host", b"127.0.0.1:9"), (b"Accept", b"text/event-stream"),
+                                         (b"Content-Type", b"application/json"),
+                                         (b"Authorization", b"Bearer sk-1234"),
+                                         (b"Content-Length", b"%d" % len(payload))]))
+    assert ours == theirs + h.send(h11.Data(data=payload)) + h.send(h11.EndOfMessage())
+    monkeypatch.setenv("SPECMON_TEST_KEY", "sk-12\n34")
+    with pytest.raises(ValueError) as e:
+        GenerateClient("http://127.0.0.1:9", max_concurrency=1, api_key_env="SPECMON_TEST_KEY")
+    assert "sk-12" not in str(e.value)
 
 
 def _dechunk(body):
