@@ -502,7 +502,13 @@ class _KernelStamped:
         self._sock.close()
 
 
-class _Exchange:
+# Where it is built, the fields the C reader shares with _Exchange are C fields of this base
+# (o, _add_t, _add_n, _last_buf, _last_lo, _last_hi, last_tokens, t_activity, between_chunks):
+# the same attributes to this code, read and written there without a lookup.
+_ExchangeBase: type = _fastread.ExchangeBase if _fastread is not None else object
+
+
+class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
     """One request/response on a _Stream: parses the SSE body as it arrives, stamps each event."""
 
     def __init__(self, conn: _Stream, outcome: RequestOutcome, done: "asyncio.Future[None]"):
