@@ -4,8 +4,10 @@ Per request it keeps the perf_counter stamps of: sent, first byte (response head
 event that added tokens (with how many: the delta of meta_info.completion_tokens, so a 4-token
 speculative chunk counts 4), and end.
 
-The stream runs on a plain asyncio Protocol with h11 for the HTTP/1.1 framing (see _Stream for
-why not httpx): the request is stamped and written in one call. What a byte's stamp means
+The stream runs on a plain asyncio Protocol (see _Stream for why not httpx): the request is
+stamped and written in one call, its head the bytes h11 would write; the usual response head (a
+200 with a chunked body) is read here and the chunked body framed here, and h11 reads any other
+head and body. What a byte's stamp means
 depends on the transport: on Linux over plain TCP (_KernelStamped) it is the time the kernel
 received it (SO_TIMESTAMPNS), whenever the client got round to reading it; over TLS, or
 elsewhere, it is the moment the event loop handed it to data_received. Each event is scanned for
@@ -15,7 +17,8 @@ every event, so json.loads on each would cost O(n^2) in the output length.
 benchmarks/ramp_fidelity.py measures what is left: the client against the simulator's own
 socket stamps. Where setup.py built it, the usual read (whole chunks of whole one-line events,
 the rid already known) runs in C (_fastread.c): the same reading of the same bytes, with the
-state kept here on the _Exchange; every other read comes to _Stream.received as before.
+state both share kept on the _Exchange (in C fields of its base class there); every other read
+comes to _Stream.received as before.
 
 Durations here are wall seconds; RequestOutcome.record() multiplies them by the arm's
 time_scale (simulated seconds per wall second) when it builds the RequestRecord.
@@ -340,8 +343,9 @@ class _Stream(asyncio.Protocol):
     took the same detour before it was stamped: TTFT read 12 % long against the simulator's
     wire stamps. Here the request is written to the socket in the same call that stamps it, and
     each chunk is stamped in data_received, the first Python code that sees the bytes. h11 (the
-    parser httpx itself uses) keeps the HTTP/1.1 framing correct: chunked or sized bodies,
-    keep-alive, a server that closes."""
+    parser httpx itself uses) reads every response this client does not read itself (any but a
+    plainly written 200 with a chunked body): sized or close-delimited bodies, errors, a server
+    that closes."""
 
     def __init__(self) -> None:
         self.transport: Optional[asyncio.Transport] = None

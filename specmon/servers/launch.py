@@ -81,7 +81,7 @@ AUTO_PORTS = (20000, 32768)
 
 def ephemeral_range() -> tuple[int, int]:
     try:
-        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
         return int(lo), int(hi)
     except (OSError, ValueError):
         return 32768, 60999  # Linux's default
@@ -458,9 +458,9 @@ class Supervisor:
         taken: set[int] = set()
         for arm in layout.launched:
             assert arm.launch is not None
-            taken |= named_ports(arm.launch.flags) | {arm.launch.port or 0}
+            taken |= named_ports(arm.launch.flags) | {arm.launch.port} - {None}
         if layout.gateway is not None:
-            taken |= named_ports(layout.gateway.flags) | {layout.gateway.port or 0, layout.gateway.metrics_port or 0}
+            taken |= named_ports(layout.gateway.flags) | {layout.gateway.port, layout.gateway.metrics_port} - {None}
         for arm in layout.launched:
             assert arm.launch is not None
             port = arm.launch.port or free_port(arm.launch.host, avoid=taken)
