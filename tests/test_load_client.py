@@ -258,7 +258,6 @@ def test_the_clients_own_reading_of_a_response_head_is_h11s():
                            b"data" if b"Content-Length: 4" in head else body)
         for cuts in ([], [len(head) - 1], [len(head) + 1]):
             got = [_feed(response, cuts, via_h11=h) for h in (False, True)]
-            (o, conn), (o11, conn11) = got
             seen = [(x.status, x.error, x.http_status, x.retry_after_s, x.t_first_byte is not None, x.rid,
                      [n for _, n in x.token_events], c.reusable()) for x, c in got]
             assert seen[0] == seen[1], (head, cuts, seen)
@@ -276,7 +275,7 @@ def test_the_request_head_is_the_one_h11_writes(monkeypatch):
     monkeypatch.setenv("SPECMON_TEST_KEY", "sk-1234")
     c = GenerateClient("http://127.0.0.1:9/v1/", max_concurrency=1, api_key_env="SPECMON_TEST_KEY")
     payload = b'{"input_ids":[1,2,3]}'
-    ours = c._head_prefix + b"%d\r\n\r\n" % len(payload) + payload
+    ours = c.request_bytes(payload)
     h = h11.Connection(h11.CLIENT)
     theirs = h.send(h11.Request(method=b"POST", target=b"/v1/generate",
                                 headers=[(b"Host", b"127.0.0.1:9"), (b"Accept", b"text/event-stream"),

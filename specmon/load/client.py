@@ -632,33 +632,24 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         well-formed, `Transfer-Encoding: chunked` and no Content-Length, all in this read. The
         body bytes after it (maybe b""), or None for anything else, which h11 then reads from
         the start (h11 took ~0.2 ms of pure Python a request, head and request together)."""
-        if not data.startswith(b"HTTP/1.1 200"):
-            return None
         end = data.find(b"\r\n\r\n")
         if end < 0:
             return None
         lines = data[:end].split(b"\r\n")
         if not _STATUS_200.fullmatch(lines[0]):
             return None
-        chunked = close = False
+        headers = []
         for line in lines[1:]:
             m = _HEADER_LINE.fullmatch(line)
             if m is None:
                 return None
-            name = m.group(1).lower()
-            if name == b"transfer-encoding":
-                if chunked or m.group(2).lower() != b"chunked":
-                    return None
-                chunked = True
-            elif name == b"content-length":
-                return None
-            elif name == b"connection":
-                close = close or b"close" in m.group(2).lower()
-        if not chunked:
+            headers.append((m.group(1).lower(), m.group(2)))
+        codings = [v.lower() for k, v in headers if k == b"transfer-encoding"]
+        if codings != [b"chunked"] or any(k == b"content-length" for k, _ in headers):
             return None
         self.status = self.o.http_status = 200
         self.o.t_first_byte = now
-        self.keep_alive = not close
+        self.keep_alive = not _says_close(headers)
         self.chunked = b""
         return data[end + 4:]
 
@@ -859,6 +850,10 @@ class GenerateClient:
         self._headers = headers
         self._client: Optional["httpx.AsyncClient"] = None  # for the odd non-streaming call (flush_cache)
 
+    def request_bytes(self, payload: bytes) -> bytes:
+        """A /generate request as h11 would write it (tests/test_load_client.py holds them equal)."""
+        return b"%s%d\r\n\r\n%s" % (self._head_prefix, len(payload), payload)
+
     async def aclose(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -983,10 +978,8 @@ class GenerateClient:
         done: asyncio.Future[None] = loop.create_future()
         ex = _Exchange(conn, outcome, done)
         conn.exchange = ex
-        # The bytes h11 would write for this request (tests/test_load_client.py holds them equal);
-        # an h11 left from the last response knew nothing of this request: dropped.
-        conn.h11 = None
-        wire = b"%s%d\r\n\r\n%s" % (self._head_prefix, len(payload), payload)
+        conn.h11 = None  # an h11 left from the last response knew nothing of this request
+        wire = self.request_bytes(payload)
         if not fresh:
             # Stamp, then write: transport.write hands the bytes to the kernel in this same call.
             # (A new connection was stamped before its connect: the user waits for that too.)
