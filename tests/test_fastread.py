@@ -82,17 +82,20 @@ def _wait_in(sock: socket.socket, n: int) -> None:
         time.sleep(0.0005)
 
 
-def _read_through(pieces: list[bytes], native: bool, end: str = "") -> dict:
+def _read_through(pieces: list[bytes], reader: str, end: str = "") -> dict:
     """The request after `pieces` (the response's bytes) each came in one read; `end`: "close"
-    or "reset" of the server's side after the last piece."""
+    or "reset" of the server's side after the last piece. reader: "python" (_readable), "c" (the
+    C Reader the loop calls) or "poller" (the same Reader behind a Poller, as the client runs it)."""
     loop = asyncio.new_event_loop()  # never run: the test makes the reads the loop would
     cli, peer = _pair()
     try:
         conn = _Stream()
-        transport = _KernelStamped(loop, cli, conn)
+        poller = _fastread.Poller(loop) if reader == "poller" else None
+        transport = _KernelStamped(loop, cli, conn, poller)
         conn.connection_made(transport)
         assert transport.native is not None
-        read = transport.native.readable if native else transport._readable
+        native = reader != "python"
+        read = poller.ready if poller else transport.native.readable if native else transport._readable
         o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
         o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
         done = loop.create_future()
@@ -113,7 +116,7 @@ def _read_through(pieces: list[bytes], native: bool, end: str = "") -> dict:
             GenerateClient._read_final(ex)
         stamps = [t for t, _ in o.token_events]
         assert all(t0 - 0.01 <= t <= t1 for t in stamps) and stamps == sorted(stamps)
-        return {"status": o.status, "error": o.error, "rid": o.rid, "events": o.events,
+        return {"status": o.status, "error": o.error, "rid": o.rid, "events": ex.events,
                 "tokens": [n for _, n in o.token_events], "completion_tokens": o.completion_tokens,
                 "meta": o.final_meta, "saw_done": ex.saw_done, "ended": o.t_end is not None,
                 "done": done.done(), "reusable": conn.reusable(), "last_event": ex.last_event,
@@ -126,11 +129,13 @@ def _read_through(pieces: list[bytes], native: bool, end: str = "") -> dict:
 
 
 def _same(pieces: list[bytes], end: str = "") -> dict:
-    py = _read_through(pieces, native=False, end=end)
-    c = _read_through(pieces, native=True, end=end)
+    py = _read_through(pieces, "python", end=end)
+    c = _read_through(pieces, "c", end=end)
+    polled = _read_through(pieces, "poller", end=end)
     fast = c.pop("fast_reads")
+    assert polled.pop("fast_reads") == fast
     py.pop("fast_reads")
-    assert c == py
+    assert c == py and polled == py
     return {**c, "fast_reads": fast}
 
 
@@ -307,3 +312,143 @@ def test_a_closed_reader_reads_nothing_even_when_its_number_is_another_sockets_n
             other_peer.close()
     finally:
         loop.close()
+
+
+class _Recorder:
+    """A Reader's protocol and transport both: what reached the Python path, and its loss."""
+
+    exchange = None  # no request: every read goes to received()
+
+    def __init__(self, on_read=None):
+        self.got: list[bytes] = []
+        self.lost: list = []
+        self.on_read = on_read
+        self.reader = None
+
+    def received(self, stamp: float, data: bytes) -> None:
+        self.got.append(data)
+        if self.on_read is not None:
+            self.on_read(self)
+
+    def _lost(self, exc) -> None:
+        self.lost.append(exc)
+        if self.reader is not None:
+            self.reader.close()  # as _KernelStamped._lost closes its reader
+
+
+def test_a_poller_pass_reads_each_ready_socket_once_and_the_loop_watches_it_only_while_it_has_readers():
+    loop = asyncio.new_event_loop()
+    pairs = [_pair() for _ in range(6)]
+    try:
+        poller = _fastread.Poller(loop)
+        assert not poller.watched
+        recs = [_Recorder() for _ in pairs]
+        readers = [_fastread.Reader(c.fileno(), r, r, poller) for (c, _), r in zip(pairs, recs)]
+        for rec, r in zip(recs, readers):
+            rec.reader = r
+        assert poller.readers == 6 and poller.watched
+        for i in (0, 2, 5):
+            pairs[i][1].sendall(b"x%d" % i)
+            _wait_in(pairs[i][0], 2)
+        loop.run_until_complete(asyncio.sleep(0.05))  # the loop calls ready() itself
+        assert [r.got for r in recs] == [[b"x0"], [], [b"x2"], [], [], [b"x5"]]
+        assert poller.passes == 1  # the three were ready together: one pass read them all
+        pairs[3][1].close()  # the server's side goes: a read of nothing, the socket's loss
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert recs[3].lost == [None] and poller.passes == 2 and poller.readers == 5
+        for r in readers:
+            r.close()
+        assert poller.readers == 0 and not poller.watched
+        assert not loop.remove_reader(poller.fileno())  # the loop no longer watches it
+        pairs[0][1].sendall(b"late")
+        _wait_in(pairs[0][0], 4)
+        poller.ready()
+        assert recs[0].got == [b"x0"] and pairs[0][0].recv(16) == b"late"
+    finally:
+        for c, p in pairs:
+            c.close()
+            p.close()
+        loop.close()
+
+
+def test_a_read_that_closes_and_drops_another_reader_mid_pass_leaves_that_socket_unread():
+    loop = asyncio.new_event_loop()
+    pairs = [_pair() for _ in range(2)]
+    try:
+        poller = _fastread.Poller(loop)
+        readers: dict[int, object] = {}
+
+        def close_the_other(rec):
+            other = 1 - recs.index(rec)
+            r = readers.pop(other, None)
+            if r is not None:
+                r.close()  # out of the poller, and its last reference gone, within the pass
+
+        recs = [_Recorder(close_the_other) for _ in pairs]
+        for i, ((c, _), r) in enumerate(zip(pairs, recs)):
+            readers[i] = _fastread.Reader(c.fileno(), r, r, poller)
+        for c, p in pairs:
+            p.sendall(b"both")
+            _wait_in(c, 4)
+        poller.ready()
+        first = 0 if recs[0].got else 1
+        assert recs[first].got == [b"both"] and recs[1 - first].got == []
+        assert pairs[1 - first][0].recv(16) == b"both"  # still in the socket the other closed
+        assert poller.readers == 1
+        readers.pop(first).close()
+        assert poller.readers == 0 and not poller.watched
+    finally:
+        for c, p in pairs:
+            c.close()
+            p.close()
+        loop.close()
+
+
+def test_a_read_that_raises_ends_the_pass_and_the_rest_are_read_in_the_next():
+    loop = asyncio.new_event_loop()
+    pairs = [_pair() for _ in range(3)]
+    try:
+        poller = _fastread.Poller(loop)
+
+        def fail(rec):
+            raise RuntimeError("a bug in a protocol")
+
+        recs = [_Recorder(fail) for _ in pairs]
+        readers = [_fastread.Reader(c.fileno(), r, r, poller) for (c, _), r in zip(pairs, recs)]
+        for c, p in pairs:
+            p.sendall(b"data")
+            _wait_in(c, 4)
+        for k in range(1, 4):
+            with pytest.raises(RuntimeError):
+                poller.ready()
+            assert sum(len(r.got) for r in recs) == k  # one read a pass, none lost
+        assert poller.ready() is None and [r.got for r in recs] == [[b"data"]] * 3
+        for r in readers:
+            r.close()
+    finally:
+        for c, p in pairs:
+            c.close()
+            p.close()
+        loop.close()
+
+
+def test_a_reader_takes_a_poller_or_none_and_is_initialised_once():
+    loop = asyncio.new_event_loop()
+    cli, peer = _pair()
+    try:
+        rec = _Recorder()
+        with pytest.raises(TypeError, match="poller"):
+            _fastread.Reader(cli.fileno(), rec, rec, loop)
+        poller = _fastread.Poller(loop)
+        r = _fastread.Reader(cli.fileno(), rec, rec, poller)
+        with pytest.raises(RuntimeError):
+            r.__init__(cli.fileno(), rec, rec, poller)
+        assert poller.readers == 1
+        r.close()
+        r.close()  # twice: once out of the poller
+        assert poller.readers == 0
+    finally:
+        cli.close()
+        peer.close()
+        loop.close()
+

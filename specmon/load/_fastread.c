@@ -17,6 +17,10 @@
  * them as attributes, this reads and writes the fields (an attribute lookup and a store a read
  * cost ~15 % of the load thread at 1,000 streams). So either path can take the next read.
  * tests/test_fastread.py feeds the same streams, split every way, through both and compares.
+ *
+ * A Poller holds the readers of one event loop behind one epoll instance, and the loop watches
+ * only that: one callback a loop pass reads every ready socket, where the loop's own dispatch
+ * of each ready socket to its reader cost about as much as the read's system call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,7 +34,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -49,7 +55,7 @@ static _Thread_local char *read_buf = NULL;
 static _Thread_local PyObject *pacer = NULL;
 static _Thread_local int pause_due = 0;
 
-static PyObject *s_exchange, *s_received, *s_lost, *s_events;
+static PyObject *s_exchange, *s_received, *s_lost;
 
 /* time.perf_counter() and time.time() as CPython computes them on Linux: the clock's
  * nanoseconds as one integer, then divided (so a stamp here equals one taken in Python). */
@@ -69,6 +75,7 @@ typedef struct {
     PyObject *last_buf;   /* _last_buf[_last_lo:_last_hi]: the last event's data */
     Py_ssize_t last_lo, last_hi;
     long long last_tokens;
+    Py_ssize_t events;    /* the events read, [DONE] aside */
     double t_activity;
     char between_chunks;  /* the next read may come here */
 } ExchangeBase;
@@ -103,6 +110,7 @@ static PyMemberDef ExchangeBase_members[] = {
     {"_last_lo", T_PYSSIZET, offsetof(ExchangeBase, last_lo), 0, "the last event's start in it"},
     {"_last_hi", T_PYSSIZET, offsetof(ExchangeBase, last_hi), 0, "the last event's end in it"},
     {"last_tokens", T_LONGLONG, offsetof(ExchangeBase, last_tokens), 0, "completion_tokens so far"},
+    {"events", T_PYSSIZET, offsetof(ExchangeBase, events), 0, "the events read so far ([DONE] aside)"},
     {"t_activity", T_DOUBLE, offsetof(ExchangeBase, t_activity), 0, "the stamp of the last read"},
     {"between_chunks", T_BOOL, offsetof(ExchangeBase, between_chunks), 0, "the next read may go to C"},
     {NULL},
@@ -121,24 +129,147 @@ static PyTypeObject ExchangeBaseType = {
     .tp_members = ExchangeBase_members,
 };
 
+/* The base of client.py's _Stream: its `exchange` (the request on the connection, or None) a C
+ * field the reader reads without a lookup. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *exchange;
+} StreamBase;
+
+static int StreamBase_traverse(StreamBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->exchange);
+    return 0;
+}
+
+static int StreamBase_clear(StreamBase *self) {
+    Py_CLEAR(self->exchange);
+    return 0;
+}
+
+static void StreamBase_dealloc(StreamBase *self) {
+    PyObject_GC_UnTrack(self);
+    StreamBase_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef StreamBase_members[] = {
+    {"exchange", T_OBJECT, offsetof(StreamBase, exchange), 0, "the request on this connection, or None"},
+    {NULL},
+};
+
+static PyTypeObject StreamBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "specmon.load._fastread.StreamBase",
+    .tp_basicsize = sizeof(StreamBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The field of a connection that the C reader reads (client.py's _Stream).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)StreamBase_dealloc,
+    .tp_traverse = (traverseproc)StreamBase_traverse,
+    .tp_clear = (inquiry)StreamBase_clear,
+    .tp_members = StreamBase_members,
+};
+
+typedef struct Poller Poller;
+
 typedef struct {
     PyObject_HEAD
     int fd;
     PyObject *transport; /* its _lost(exc): the socket closed or failed */
     PyObject *protocol;  /* its .exchange, and .received(stamp, data) for the Python path */
+    Poller *poller;      /* the poller it is registered with, or NULL (the loop calls readable) */
+    char stream_base;    /* protocol is a StreamBase: its exchange is read from the field */
     unsigned long long reads, fast_reads;
 } Reader;
+
+/* One epoll instance for the stamped sockets of one event loop, itself the one descriptor the
+ * loop watches for them: a pass reads every ready socket here in one call. Why: uvloop's
+ * dispatch of a ready socket to its callback (its poll handle, a Handle, a call through
+ * Cython) cost about as much as the read's own system call at 1,000 streams. */
+struct Poller {
+    PyObject_HEAD
+    int epfd;
+    PyObject *loop;       /* its add_reader / remove_reader, while any reader is registered */
+    Py_ssize_t readers;   /* registered now; each holds a reference of the poller's */
+    char watched;         /* the loop watches epfd */
+    char has_fd;          /* epfd is open (from init to dealloc) */
+    unsigned long long passes;
+};
 
 static int Reader_traverse(Reader *self, visitproc visit, void *arg) {
     Py_VISIT(self->transport);
     Py_VISIT(self->protocol);
+    Py_VISIT((PyObject *)self->poller);
     return 0;
 }
 
 static int Reader_clear(Reader *self) {
     Py_CLEAR(self->transport);
     Py_CLEAR(self->protocol);
+    Py_CLEAR(self->poller);
     return 0;
+}
+
+static PyTypeObject PollerType;
+static PyObject *s_add_reader, *s_remove_reader, *s_ready;
+
+/* The loop watches the epoll instance while a reader is registered, and not when none is: an
+ * idle poller holds no handle of the loop (and the loop no reference to it). */
+static int poller_watch(Poller *p, int on) {
+    if (on == p->watched)
+        return 0;
+    PyObject *fd = PyLong_FromLong(p->epfd), *r;
+    if (fd == NULL)
+        return -1;
+    if (on) {
+        PyObject *cb = PyObject_GetAttr((PyObject *)p, s_ready);
+        r = cb ? PyObject_CallMethodObjArgs(p->loop, s_add_reader, fd, cb, NULL) : NULL;
+        Py_XDECREF(cb);
+    } else {
+        r = PyObject_CallMethodObjArgs(p->loop, s_remove_reader, fd, NULL);
+    }
+    Py_DECREF(fd);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    p->watched = (char)on;
+    return 0;
+}
+
+static int poller_add(Poller *p, Reader *r) {
+    if (!p->has_fd || p->loop == NULL) {
+        PyErr_SetString(PyExc_ValueError, "poller: not initialised");
+        return -1;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.ptr = r;
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, r->fd, &ev) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    Py_INCREF(r);
+    p->readers++;
+    if (poller_watch(p, 1) < 0) {
+        epoll_ctl(p->epfd, EPOLL_CTL_DEL, r->fd, &ev);
+        p->readers--;
+        Py_DECREF(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Out of the poller, before its socket closes (a closed socket leaves epoll by itself, but only
+ * once no other descriptor shares its file). */
+static int poller_remove(Poller *p, Reader *r) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    epoll_ctl(p->epfd, EPOLL_CTL_DEL, r->fd, &ev); /* ENOENT/EBADF: already gone, as wanted */
+    p->readers--;
+    int rc = p->readers == 0 ? poller_watch(p, 0) : 0;
+    Py_DECREF(r); /* the poller's reference: r's caller holds another */
+    return rc;
 }
 
 static void Reader_dealloc(Reader *self) {
@@ -148,16 +279,31 @@ static void Reader_dealloc(Reader *self) {
 }
 
 static int Reader_init(Reader *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"fd", "transport", "protocol", NULL};
+    static char *kwlist[] = {"fd", "transport", "protocol", "poller", NULL};
     int fd;
-    PyObject *transport, *protocol;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOO", kwlist, &fd, &transport, &protocol))
+    PyObject *transport, *protocol, *poller = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOO|O", kwlist, &fd, &transport, &protocol, &poller))
         return -1;
+    if (self->poller != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Reader is initialised once");
+        return -1;
+    }
+    if (poller != Py_None && !PyObject_TypeCheck(poller, &PollerType)) {
+        PyErr_SetString(PyExc_TypeError, "poller: expected a Poller or None");
+        return -1;
+    }
     self->fd = fd;
     Py_INCREF(transport);
     Py_XSETREF(self->transport, transport);
     Py_INCREF(protocol);
     Py_XSETREF(self->protocol, protocol);
+    self->stream_base = (char)PyObject_TypeCheck(protocol, &StreamBaseType);
+    if (poller != Py_None) {
+        if (poller_add((Poller *)poller, self) < 0)
+            return -1;
+        Py_INCREF(poller);
+        self->poller = (Poller *)poller;
+    }
     return 0;
 }
 
@@ -242,11 +388,16 @@ static int scan_events(const char *p, Py_ssize_t lo, Py_ssize_t hi, Event *ev, i
 /* The whole read as client.py's _Exchange.feed would take it when the chunked body is between
  * chunks: 1 handled here, 0 for the Python path, -1 on an error. */
 static int fast_read(Reader *self, double now, PyObject *data) {
-    PyObject *exobj = PyObject_GetAttr(self->protocol, s_exchange);
-    if (exobj == NULL)
+    PyObject *exobj;
+    if (self->stream_base) {
+        exobj = ((StreamBase *)self->protocol)->exchange;
+        if (exobj == NULL)
+            return 0;
+        Py_INCREF(exobj);
+    } else if ((exobj = PyObject_GetAttr(self->protocol, s_exchange)) == NULL) {
         return -1;
+    }
     int rc = 0;
-    PyObject *v = NULL;
     if (!PyObject_TypeCheck(exobj, &ExchangeBaseType))
         goto done; /* None: no request on this connection */
     ExchangeBase *ex = (ExchangeBase *)exobj;
@@ -307,19 +458,10 @@ static int fast_read(Reader *self, double now, PyObject *data) {
         Py_XSETREF(ex->last_buf, data);
         ex->last_lo = ev[nev - 1].d;
         ex->last_hi = ev[nev - 1].cut;
-        PyObject *count = PyObject_GetAttr(ex->o, s_events);
-        if (count == NULL)
-            goto done;
-        long long c = PyLong_AsLongLong(count);
-        Py_DECREF(count);
-        if (c == -1 && PyErr_Occurred())
-            goto done;
-        if ((v = PyLong_FromLongLong(c + nev)) == NULL || PyObject_SetAttr(ex->o, s_events, v) < 0)
-            goto done;
+        ex->events += nev;
     }
     rc = 1;
 done:
-    Py_XDECREF(v);
     Py_DECREF(exobj);
     return rc;
 }
@@ -332,19 +474,24 @@ static PyObject *call_lost(Reader *self, PyObject *exc) {
     Py_RETURN_NONE;
 }
 
-/* One read of a readable socket, as _KernelStamped._readable: the loop calls it. */
-static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->fd < 0)
-        Py_RETURN_NONE; /* closed: the number may already be another socket's */
-    if (read_buf == NULL && (read_buf = PyMem_RawMalloc(READ_SIZE)) == NULL)
-        return PyErr_NoMemory();
+/* The pacer's call at a pass's first read, while no pause is due. */
+static int pace(void) {
     if (pacer != NULL && !pause_due) {
         pause_due = 1;
         PyObject *r = PyObject_CallNoArgs(pacer);
         if (r == NULL)
-            return NULL;
+            return -1;
         Py_DECREF(r);
     }
+    return 0;
+}
+
+/* One read of a readable socket, as _KernelStamped._readable. */
+static PyObject *read_once(Reader *self) {
+    if (self->fd < 0)
+        Py_RETURN_NONE; /* closed: the number may already be another socket's */
+    if (read_buf == NULL && (read_buf = PyMem_RawMalloc(READ_SIZE)) == NULL)
+        return PyErr_NoMemory();
     struct iovec iov = {read_buf, READ_SIZE};
     union {
         char c[CMSG_SPACE(sizeof(struct timespec)) + 64];
@@ -407,7 +554,23 @@ static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
     return r;
 }
 
+/* The loop's reader callback where the socket has no poller (and the tests' one read). */
+static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->fd >= 0 && pace() < 0)
+        return NULL;
+    return read_once(self);
+}
+
 static PyObject *Reader_close(Reader *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->fd >= 0 && self->poller != NULL) {
+        Poller *p = self->poller;
+        self->poller = NULL;
+        int rc = poller_remove(p, self);
+        Py_DECREF(p);
+        self->fd = -1;
+        if (rc < 0)
+            return NULL;
+    }
     self->fd = -1;
     Py_RETURN_NONE;
 }
@@ -442,6 +605,111 @@ static PyTypeObject ReaderType = {
     .tp_clear = (inquiry)Reader_clear,
     .tp_methods = Reader_methods,
     .tp_getset = Reader_getset,
+};
+
+/* The most ready sockets one pass reads; the rest stay ready for the next pass. */
+#define MAX_READY 1024
+
+static int Poller_init(Poller *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"loop", NULL};
+    PyObject *loop;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &loop))
+        return -1;
+    if (self->has_fd) {
+        PyErr_SetString(PyExc_RuntimeError, "a Poller is initialised once");
+        return -1;
+    }
+    if ((self->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->has_fd = 1;
+    Py_INCREF(loop);
+    Py_XSETREF(self->loop, loop);
+    return 0;
+}
+
+static int Poller_traverse(Poller *self, visitproc visit, void *arg) {
+    Py_VISIT(self->loop);
+    return 0;
+}
+
+static int Poller_clear(Poller *self) {
+    Py_CLEAR(self->loop);
+    return 0;
+}
+
+static void Poller_dealloc(Poller *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->has_fd)
+        close(self->epfd);
+    Poller_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The loop's reader callback on the epoll instance: one read of each ready socket. A read that
+ * raises ends the pass there; the sockets not read yet are still ready for the next. */
+static PyObject *Poller_ready(Poller *self, PyObject *Py_UNUSED(ignored)) {
+    struct epoll_event evs[MAX_READY];
+    int n;
+    do {
+        n = epoll_wait(self->epfd, evs, MAX_READY, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (n == 0)
+        Py_RETURN_NONE;
+    self->passes++;
+    if (pace() < 0)
+        return NULL;
+    /* every reader of the pass held until its end: a read may close (and free) another's */
+    for (int i = 0; i < n; i++)
+        Py_INCREF((PyObject *)evs[i].data.ptr);
+    int i = 0;
+    for (; i < n; i++) {
+        PyObject *r = read_once((Reader *)evs[i].data.ptr);
+        if (r == NULL)
+            break;
+        Py_DECREF(r);
+    }
+    for (int j = 0; j < n; j++)
+        Py_DECREF((PyObject *)evs[j].data.ptr);
+    if (i < n)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Poller_fileno(Poller *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLong(self->epfd); }
+static PyObject *Poller_get_readers(Poller *self, void *closure) { return PyLong_FromSsize_t(self->readers); }
+static PyObject *Poller_get_passes(Poller *self, void *closure) { return PyLong_FromUnsignedLongLong(self->passes); }
+static PyObject *Poller_get_watched(Poller *self, void *closure) { return PyBool_FromLong(self->watched); }
+
+static PyMethodDef Poller_methods[] = {
+    {"ready", (PyCFunction)Poller_ready, METH_NOARGS, "Read each ready socket once (the loop's reader callback)."},
+    {"fileno", (PyCFunction)Poller_fileno, METH_NOARGS, "The epoll instance's descriptor."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Poller_getset[] = {
+    {"readers", (getter)Poller_get_readers, NULL, "readers registered now", NULL},
+    {"passes", (getter)Poller_get_passes, NULL, "calls of ready() that found a socket ready", NULL},
+    {"watched", (getter)Poller_get_watched, NULL, "whether the loop watches it now", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PollerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "specmon.load._fastread.Poller",
+    .tp_basicsize = sizeof(Poller),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Poller(loop): the C readers of one event loop behind one epoll instance the loop watches.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Poller_init,
+    .tp_dealloc = (destructor)Poller_dealloc,
+    .tp_traverse = (traverseproc)Poller_traverse,
+    .tp_clear = (inquiry)Poller_clear,
+    .tp_methods = Poller_methods,
+    .tp_getset = Poller_getset,
 };
 
 /* json.dumps(ids, separators=(",", ":")).encode() for a list of ints, ~20x faster: a
@@ -557,13 +825,15 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastread(void) {
     struct { PyObject **slot; const char *name; } names[] = {
-        {&s_exchange, "exchange"}, {&s_received, "received"}, {&s_lost, "_lost"}, {&s_events, "events"},
+        {&s_exchange, "exchange"}, {&s_received, "received"}, {&s_lost, "_lost"},
+        {&s_add_reader, "add_reader"}, {&s_remove_reader, "remove_reader"}, {&s_ready, "ready"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return NULL;
     }
-    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ExchangeBaseType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ExchangeBaseType) < 0 || PyType_Ready(&StreamBaseType) < 0 ||
+        PyType_Ready(&PollerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -574,11 +844,16 @@ PyMODINIT_FUNC PyInit__fastread(void) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_INCREF(&ExchangeBaseType);
-    if (PyModule_AddObject(m, "ExchangeBase", (PyObject *)&ExchangeBaseType) < 0) {
-        Py_DECREF(&ExchangeBaseType);
-        Py_DECREF(m);
-        return NULL;
+    struct { const char *name; PyTypeObject *type; } types[] = {
+        {"ExchangeBase", &ExchangeBaseType}, {"StreamBase", &StreamBaseType}, {"Poller", &PollerType},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        Py_INCREF(types[i].type);
+        if (PyModule_AddObject(m, types[i].name, (PyObject *)types[i].type) < 0) {
+            Py_DECREF(types[i].type);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }

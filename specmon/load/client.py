@@ -57,6 +57,11 @@ from specmon.model import RequestRecord
 if TYPE_CHECKING:
     import httpx  # imported where used (flush_cache): ~60 ms of every ramp's start-up
 
+# The same reads in C (specmon/load/_fastread.c, where it is built): the usual read, whole chunks
+# of whole events, without a Python frame; anything else it hands to _Stream.received as
+# _readable would.
+_fastread = native.fastread
+
 _STALE_ERRORS = ("ReadError", "RemoteProtocolError", "ConnectError")  # what _Exchange / _attempt write
 _CT_KEY = b'"completion_tokens":'
 _PT_KEY = b'"prompt_tokens":'
@@ -167,7 +172,7 @@ class RequestOutcome:
     completion_tokens: Optional[int] = None
     prompt_tokens: Optional[int] = None
     final_meta: Optional[dict[str, Any]] = None
-    events: int = 0
+    events: int = 0  # the response's events ([DONE] aside), counted by its _Exchange
     status: str = "ok"
     error: Optional[str] = None
     http_status: Optional[int] = None  # the response's status code; None when none came
@@ -334,7 +339,11 @@ def _h11_after_request() -> h11.Connection:
     return c
 
 
-class _Stream(asyncio.Protocol):
+# Where it is built, _Stream's `exchange` is a C field of this base, read there without a lookup.
+_StreamBase: type = _fastread.StreamBase if _fastread is not None else object
+
+
+class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
     """One keep-alive HTTP/1.1 connection carrying one streamed /generate at a time.
 
     Why not httpx for the stream: a request passes through httpx, httpcore and anyio, each with
@@ -403,11 +412,6 @@ _READ_SIZE = 64 * 1024
 # SPECMON_KERNEL_STAMPS=0 turns them off (stamps at the read, uvloop's transport): to compare.
 KERNEL_STAMPS = sys.platform.startswith("linux") and os.environ.get("SPECMON_KERNEL_STAMPS", "1") != "0"
 
-# The same reads in C (specmon/load/_fastread.c, where it is built): the usual read, whole chunks
-# of whole events, without a Python frame; anything else it hands to _Stream.received as
-# _readable would.
-_fastread = native.fastread
-
 
 class _KernelStamped:
     """The transport of a plain-TCP _Stream that stamps each read with the kernel's receive time.
@@ -419,19 +423,26 @@ class _KernelStamped:
     with the time its last bytes reached this host's TCP stack, mapped onto perf_counter (the
     clock of every other stamp) by the wall-clock difference at the read. A stamp is then when
     the bytes arrived, whatever the client was doing; it is never later than the read itself.
-    One read per readable socket, as uvloop does (a stream's chunks are a decode step apart, so
-    a read holds one chunk unless the client fell that far behind, and then the chunks of that
-    read share its stamp, as they did before)."""
+    One read per readable socket and loop pass, as uvloop does (a stream's chunks are a decode
+    step apart, so a read holds one chunk unless the client fell that far behind, and then the
+    chunks of that read share its stamp, as they did before)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: "_Stream"):
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: "_Stream",
+                 poller: Any = None):
         self._loop, self._sock, self._p = loop, sock, protocol
         self._fd = sock.fileno()
         self._closing = False
         self._out = bytearray()
         self._recvmsg = sock.recvmsg
-        # the loop calls the C reader itself where it is built: no Python frame per read
-        self.native = _fastread.Reader(self._fd, self, protocol) if _fastread is not None else None
-        loop.add_reader(self._fd, self.native.readable if self.native is not None else self._readable)
+        # Where it is built, the C reader reads the socket, without a Python frame per read: one
+        # of `poller`'s (a _fastread.Poller of this loop: a pass reads every ready socket in one
+        # callback), or without one, called by the loop itself.
+        self.native = _fastread.Reader(self._fd, self, protocol, poller) if _fastread is not None else None
+        if self.native is None:
+            loop.add_reader(self._fd, self._readable)
+        elif poller is None:
+            loop.add_reader(self._fd, self.native.readable)
+        self._own_reader = self.native is None or poller is None
 
     def is_closing(self) -> bool:
         return self._closing
@@ -498,8 +509,9 @@ class _KernelStamped:
             return
         self._closing = True
         if self.native is not None:
-            self.native.close()
-        self._loop.remove_reader(self._fd)
+            self.native.close()  # out of its poller, if it has one
+        if self._own_reader:
+            self._loop.remove_reader(self._fd)
         if self._out:
             self._loop.remove_writer(self._fd)
             self._out.clear()
@@ -507,7 +519,8 @@ class _KernelStamped:
 
 
 # Where it is built, the fields the C reader shares with _Exchange are C fields of this base
-# (o, _add_t, _add_n, _last_buf, _last_lo, _last_hi, last_tokens, t_activity, between_chunks):
+# (o, _add_t, _add_n, _last_buf, _last_lo, _last_hi, last_tokens, events, t_activity,
+# between_chunks):
 # the same attributes to this code, read and written there without a lookup.
 _ExchangeBase: type = _fastread.ExchangeBase if _fastread is not None else object
 
@@ -520,6 +533,7 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         self.status: Optional[int] = None
         self.buf = b""
         self.last_tokens = 0
+        self.events = 0  # the events read ([DONE] aside): the outcome's count once the exchange ends
         # the last event's data as buffer[start:end], sliced once, when the response ends (three
         # attributes, not a tuple: a tuple a chunk would be one more object for the collector)
         self._last_buf, self._last_lo, self._last_hi = b"", 0, 0
@@ -752,7 +766,7 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
                 self.saw_done = True
                 o.t_end = now
                 continue  # read on to the end of the body so the connection can be reused
-            o.events += 1
+            self.events += 1
             if raw.startswith(b'{"error"', d, cut):
                 o.status = "error"
                 o.error = _error_message(raw[d:cut])
@@ -791,6 +805,7 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
             return
         if self.o.status == "ok":
             self.o.status, self.o.error = status, error
+        self.o.events = self.events
         self.conn.close()
         self.done.set_result(None)
 
@@ -805,6 +820,7 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
             # SGLang ends every stream with [DONE]; a body that stops short is a cut
             # response (a server that died mid-stream), not a finished request.
             o.status, o.error = "error", "stream ended without [DONE]"
+        o.events = self.events
         self.done.set_result(None)
 
 
@@ -845,6 +861,9 @@ class GenerateClient:
         # socket). A pool limit below the level would silently cap concurrency.
         self._free: list[_Stream] = []
         self._all: set[_Stream] = set()
+        # The C readers' poller of each loop this client's streams run on (in practice the load
+        # loop's alone); a poller the loop watches only while a stream is open.
+        self._pollers: dict[asyncio.AbstractEventLoop, Any] = {}
         # Building an SSL context costs ~0.1 s of CPU: one, shared by every stream.
         self._ssl = ssl.create_default_context() if self._tls else None
         self._headers = headers
@@ -862,6 +881,7 @@ class GenerateClient:
             c.close()
         self._all.clear()
         self._free.clear()
+        self._pollers = {loop: p for loop, p in self._pollers.items() if p.readers}
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -914,9 +934,17 @@ class GenerateClient:
                 sock.close()
                 raise
             conn = _Stream()
-            conn.connection_made(_KernelStamped(loop, sock, conn))
+            conn.connection_made(_KernelStamped(loop, sock, conn, self._poller(loop)))
             return conn
         raise err or OSError(f"no address for {self._host}")
+
+    def _poller(self, loop: asyncio.AbstractEventLoop) -> Any:
+        if _fastread is None:
+            return None
+        p = self._pollers.get(loop)
+        if p is None:
+            p = self._pollers[loop] = _fastread.Poller(loop)
+        return p
 
     async def generate(self, prompt: Prompt, max_new_tokens: int, outcome: RequestOutcome) -> RequestOutcome:
         payload = request_body(prompt, max_new_tokens)
@@ -1000,6 +1028,7 @@ class GenerateClient:
         finally:
             self._active.discard(ex)
             conn.exchange = None
+            outcome.events = ex.events  # as _finish and _fail set it; here also when cancelled
         if outcome.t_end is None:
             outcome.t_end = time.perf_counter()
         if conn.reusable():
