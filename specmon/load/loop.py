@@ -65,7 +65,8 @@ class LoadLoop:
         Why: a server writes one decode step's chunks to its C streams one after another, so
         without a pause the loop wakes for nearly every chunk alone: at 1,000 streams ~87k
         wake-ups (an epoll wait and a thread switch each) for ~98k reads. After a 1 ms pause
-        the next pass finds every socket that became readable meanwhile (~13k wake-ups). The
+        the next pass finds every socket that became readable meanwhile (~13k wake-ups; ~5k
+        passes since the C Poller reads every ready socket of a pass in one callback). The
         stamps do not move: a read's stamp is the kernel's receive time (_KernelStamped), not
         the time of the read. What a pause delays is this client's own next step: a closed-
         loop stream's next request goes out up to PACE_PAUSE_S later (its TTFT still counts
