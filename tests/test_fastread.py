@@ -8,6 +8,7 @@ meta_info, the connection's reuse. The C reader takes only reads of whole chunks
 one-line events; every other shape must reach the Python path unchanged."""
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -336,10 +337,23 @@ class _Recorder:
             self.reader.close()  # as _KernelStamped._lost closes its reader
 
 
-def test_a_poller_pass_reads_each_ready_socket_once_and_the_loop_watches_it_only_while_it_has_readers():
+@contextlib.contextmanager
+def _loop_and_pairs(n: int):
+    """A loop never run (the tests make its readers' calls, or run it briefly) and n connected
+    socket pairs (client, server side), all closed after."""
     loop = asyncio.new_event_loop()
-    pairs = [_pair() for _ in range(6)]
+    pairs = [_pair() for _ in range(n)]
     try:
+        yield loop, pairs
+    finally:
+        for c, p in pairs:
+            c.close()
+            p.close()
+        loop.close()
+
+
+def test_a_poller_pass_reads_each_ready_socket_once_and_the_loop_watches_it_only_while_it_has_readers():
+    with _loop_and_pairs(6) as (loop, pairs):
         poller = _fastread.Poller(loop)
         assert not poller.watched
         recs = [_Recorder() for _ in pairs]
@@ -364,17 +378,10 @@ def test_a_poller_pass_reads_each_ready_socket_once_and_the_loop_watches_it_only
         _wait_in(pairs[0][0], 4)
         poller.ready()
         assert recs[0].got == [b"x0"] and pairs[0][0].recv(16) == b"late"
-    finally:
-        for c, p in pairs:
-            c.close()
-            p.close()
-        loop.close()
 
 
 def test_a_read_that_closes_and_drops_another_reader_mid_pass_leaves_that_socket_unread():
-    loop = asyncio.new_event_loop()
-    pairs = [_pair() for _ in range(2)]
-    try:
+    with _loop_and_pairs(2) as (loop, pairs):
         poller = _fastread.Poller(loop)
         readers: dict[int, object] = {}
 
@@ -397,17 +404,10 @@ def test_a_read_that_closes_and_drops_another_reader_mid_pass_leaves_that_socket
         assert poller.readers == 1
         readers.pop(first).close()
         assert poller.readers == 0 and not poller.watched
-    finally:
-        for c, p in pairs:
-            c.close()
-            p.close()
-        loop.close()
 
 
 def test_a_read_that_raises_ends_the_pass_and_the_rest_are_read_in_the_next():
-    loop = asyncio.new_event_loop()
-    pairs = [_pair() for _ in range(3)]
-    try:
+    with _loop_and_pairs(3) as (loop, pairs):
         poller = _fastread.Poller(loop)
 
         def fail(rec):
@@ -425,17 +425,10 @@ def test_a_read_that_raises_ends_the_pass_and_the_rest_are_read_in_the_next():
         assert poller.ready() is None and [r.got for r in recs] == [[b"data"]] * 3
         for r in readers:
             r.close()
-    finally:
-        for c, p in pairs:
-            c.close()
-            p.close()
-        loop.close()
 
 
 def test_a_reader_takes_a_poller_or_none_and_is_initialised_once():
-    loop = asyncio.new_event_loop()
-    cli, peer = _pair()
-    try:
+    with _loop_and_pairs(1) as (loop, [(cli, _)]):
         rec = _Recorder()
         with pytest.raises(TypeError, match="poller"):
             _fastread.Reader(cli.fileno(), rec, rec, loop)
@@ -447,8 +440,3 @@ def test_a_reader_takes_a_poller_or_none_and_is_initialised_once():
         r.close()
         r.close()  # twice: once out of the poller
         assert poller.readers == 0
-    finally:
-        cli.close()
-        peer.close()
-        loop.close()
-

@@ -562,16 +562,16 @@ static PyObject *Reader_readable(Reader *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *Reader_close(Reader *self, PyObject *Py_UNUSED(ignored)) {
+    int rc = 0;
     if (self->fd >= 0 && self->poller != NULL) {
         Poller *p = self->poller;
         self->poller = NULL;
-        int rc = poller_remove(p, self);
+        rc = poller_remove(p, self);
         Py_DECREF(p);
-        self->fd = -1;
-        if (rc < 0)
-            return NULL;
     }
     self->fd = -1;
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -597,7 +597,8 @@ static PyTypeObject ReaderType = {
     .tp_name = "specmon.load._fastread.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Reader(fd, transport, protocol): a kernel-stamped stream socket's reads, in C.",
+    .tp_doc = "Reader(fd, transport, protocol, poller=None): a kernel-stamped stream socket's reads, in C "
+              "(registered with the poller, or read when the loop calls readable()).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Reader_init,
     .tp_dealloc = (destructor)Reader_dealloc,

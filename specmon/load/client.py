@@ -438,11 +438,9 @@ class _KernelStamped:
         # of `poller`'s (a _fastread.Poller of this loop: a pass reads every ready socket in one
         # callback), or without one, called by the loop itself.
         self.native = _fastread.Reader(self._fd, self, protocol, poller) if _fastread is not None else None
-        if self.native is None:
-            loop.add_reader(self._fd, self._readable)
-        elif poller is None:
-            loop.add_reader(self._fd, self.native.readable)
-        self._own_reader = self.native is None or poller is None
+        self._polled = poller is not None  # GenerateClient._poller: a poller only where the C reader is
+        if not self._polled:
+            loop.add_reader(self._fd, self.native.readable if self.native is not None else self._readable)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -510,7 +508,7 @@ class _KernelStamped:
         self._closing = True
         if self.native is not None:
             self.native.close()  # out of its poller, if it has one
-        if self._own_reader:
+        if not self._polled:
             self._loop.remove_reader(self._fd)
         if self._out:
             self._loop.remove_writer(self._fd)
@@ -1024,11 +1022,11 @@ class GenerateClient:
         except asyncio.CancelledError:
             conn.close()  # the server sees the disconnect and aborts the request
             self._all.discard(conn)
+            outcome.events = ex.events  # as _finish and _fail set it when the exchange ends
             raise
         finally:
             self._active.discard(ex)
             conn.exchange = None
-            outcome.events = ex.events  # as _finish and _fail set it; here also when cancelled
         if outcome.t_end is None:
             outcome.t_end = time.perf_counter()
         if conn.reusable():
