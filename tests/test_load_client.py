@@ -349,3 +349,46 @@ def test_the_final_event_is_read_for_its_meta_info_alone_only_where_that_is_safe
     # meta_info not last, or not an object: the whole event, as before
     for other in ({"meta_info": meta, "text": "z"}, {"text": "z", "meta_info": 5}):
         assert _final_event(json.dumps(other).encode(), whole=False) == other
+
+
+_WITHOUT_C = r"""
+import asyncio, json, sys
+from specmon.load import native
+assert native.fastread is None, "SPECMON_NATIVE=0 should leave the C module out"
+from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.workload import Workload
+
+async def main(url):
+    c = GenerateClient(url, max_concurrency=3)
+    w = Workload(input_len=64, seed=5)
+    outs = []
+    for i in range(3):
+        o = RequestOutcome(request_id=f"r{i}", t_scheduled_wall=0.0, t_scheduled=0.0)
+        outs.append(c.generate(w.prompt(i), 24, o))
+    outs = await asyncio.gather(*outs)
+    await c.aclose()
+    return [{"status": o.status, "error": o.error, "tokens": o.completion_tokens, "rid": o.rid,
+             "events": [n for _, n in o.token_events], "itls": len(o.itls())} for o in outs]
+
+print(json.dumps(asyncio.run(main(sys.argv[1]))))
+"""
+
+
+def test_the_client_streams_without_its_c_module():
+    """Where setup.py could not build _fastread.c (no compiler) the client reads in Python: the
+    same requests, whole. (It once failed to import there: its stream class had no MRO.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        got = subprocess.run([sys.executable, "-c", _WITHOUT_C, sim.url], capture_output=True, text=True,
+                             env=dict(os.environ, SPECMON_NATIVE="0"), timeout=120)
+    assert got.returncode == 0, got.stderr[-2000:]
+    outs = json.loads(got.stdout)
+    assert len(outs) == 3
+    for o in outs:
+        assert o["status"] == "ok", o["error"]
+        assert o["tokens"] == 24 and sum(o["events"]) == 24 and o["rid"]
+        assert o["itls"] == 24 - o["events"][0]
