@@ -83,7 +83,7 @@ def _wait_in(sock: socket.socket, n: int) -> None:
         time.sleep(0.0005)
 
 
-def _read_through(pieces: list[bytes], reader: str, end: str = "") -> dict:
+def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float = 0.0) -> dict:
     """The request after `pieces` (the response's bytes) each came in one read; `end`: "close"
     or "reset" of the server's side after the last piece. reader: "python" (_readable), "c" (the
     C Reader the loop calls) or "poller" (the same Reader behind a Poller, as the client runs it)."""
@@ -102,7 +102,9 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "") -> dict:
         done = loop.create_future()
         ex = conn.exchange = _Exchange(conn, o, done)
         t0 = time.perf_counter()
-        for piece in pieces:
+        for k, piece in enumerate(pieces):
+            if k and gap_s:
+                time.sleep(gap_s)
             peer.sendall(piece)
             _wait_in(cli, len(piece))
             read()
@@ -440,3 +442,27 @@ def test_a_reader_takes_a_poller_or_none_and_is_initialised_once():
         r.close()
         r.close()  # twice: once out of the poller
         assert poller.readers == 0
+
+
+def test_the_c_reader_tracks_the_gaps_between_a_streams_chunks():
+    """What the pacer sizes its pause by (load/loop.py pace_pause): the kernel stamps' distance
+    between two reads of one stream that added tokens, tracked as an estimate of the gaps' 1st
+    percentile since reset_chunk_gap(): the first gap itself, then 10 % down for each smaller
+    gap (a read that brings two of a stream's events counts 0) and 0.1 % up for each larger."""
+    _fastread.reset_chunk_gap()
+    assert _fastread.chunk_gap() is None
+    chunks = _stream([1, 2, 3, 4, 5])
+    # the head and the first event (Python's reading: the rid comes in it), then a chunk a read
+    got = _read_through([HEAD + chunks[0], *chunks[1:4]], "poller", gap_s=0.05)
+    assert got["fast_reads"] == 3 and got["tokens"] == [1, 1, 1, 1]
+    gap = _fastread.chunk_gap()
+    # three gaps of a 50 ms sleep each (and the scheduler's jitter): the first, then +-
+    assert gap is not None and 0.045 * 0.9 ** 2 <= gap < 0.5 * 1.001 ** 2, gap
+    _fastread.reset_chunk_gap()
+    assert _fastread.chunk_gap() is None
+    # two of a stream's events in one read: the first gap, then 0 takes it 10 % down
+    got = _read_through([HEAD + chunks[0], chunks[1] + chunks[2]], "poller", gap_s=0.05)
+    assert got["fast_reads"] == 1 and got["tokens"] == [1, 1, 1]
+    gap = _fastread.chunk_gap()
+    assert 0.045 * 0.9 <= gap < 0.5 * 0.9, gap
+    _fastread.reset_chunk_gap()

@@ -29,9 +29,20 @@ except ImportError:  # Windows, or an install without it: asyncio's own loop
 # of CPU a second at 20 ticks a second, 1.7 at 10; 10 a second still give a level of 10 s a
 # hundred samples for its lag p99.
 LAG_TICK_S = 0.1
-# The pacer's pause (see LoadLoop.pace): well under the gap between one stream's chunks (a
-# decode step, >= ~5 ms on any GPU), so a pause never holds two chunks of a stream in one read.
+# The pacer's pause (see LoadLoop.pace): half the gaps' 1st percentile between two chunks of one
+# stream in the level so far (the kernel's stamps, a decode step apart; tracked by the C reader,
+# _fastread.chunk_gap), within these bounds, so a pause holds two chunks of a stream in one read
+# for well under 1 % of the reads. Before the first gap, the shortest.
 PACE_PAUSE_S = 0.001
+PACE_PAUSE_MAX_S = 0.004
+PACE_GAP_SHARE = 0.5
+
+
+def pace_pause(gap: Optional[float]) -> float:
+    """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet)."""
+    if gap is None:
+        return PACE_PAUSE_S
+    return max(PACE_PAUSE_S, min(PACE_PAUSE_MAX_S, gap * PACE_GAP_SHARE))
 
 
 class LoadLoop:
@@ -44,6 +55,8 @@ class LoadLoop:
         self.cpu_s = 0.0  # CPU seconds this thread spent, updated by the lag ticker
         self.pacing = False
         self.pauses = 0  # the pacer's pauses so far: loop passes that read a socket while pacing
+        self.pause_s = 0.0  # the pacer's newest pause ...
+        self.chunk_gap_s: Optional[float] = None  # ... and the chunk gaps' 1st percentile it was a share of
         self._thread.start()
 
     def _main(self) -> None:
@@ -60,16 +73,18 @@ class LoadLoop:
 
     # ---- pacing -------------------------------------------------------------------------------
     def pace(self, on: bool) -> None:
-        """Pause PACE_PAUSE_S after each loop pass that read a socket, while `on` (from any thread).
+        """Pause after each loop pass that read a socket, while `on` (from any thread): 1-4 ms,
+        half the 1st percentile of the gaps between two chunks of a stream since it was turned on.
 
         Why: a server writes one decode step's chunks to its C streams one after another, so
         without a pause the loop wakes for nearly every chunk alone: at 1,000 streams ~87k
-        wake-ups (an epoll wait and a thread switch each) for ~98k reads. After a 1 ms pause
-        the next pass finds every socket that became readable meanwhile (~13k wake-ups; ~5k
-        passes since the C Poller reads every ready socket of a pass in one callback). The
+        wake-ups (an epoll wait and a thread switch each) for ~98k reads. After a pause the
+        next pass finds every socket that became readable meanwhile (the C Poller reads every
+        ready socket of a pass in one callback): at 1 ms ~8.5-11k thread switches, at 4 ms
+        ~5.8k, each ~40-50 us of CPU on the 2-core CI box. The
         stamps do not move: a read's stamp is the kernel's receive time (_KernelStamped), not
         the time of the read. What a pause delays is this client's own next step: a closed-
-        loop stream's next request goes out up to PACE_PAUSE_S later (its TTFT still counts
+        loop stream's next request goes out up to PACE_PAUSE_MAX_S later (its TTFT still counts
         from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
         it on only for levels of many streams, where the wake-ups cost; only the C reader
         (load/_fastread.c) paces, so without it this does nothing."""
@@ -79,6 +94,9 @@ class LoadLoop:
     def _set_pace(self, on: bool) -> None:  # on the load thread: the reader's pacer is per thread
         fr = native.fastread
         self.pacing = on
+        if on:
+            fr.reset_chunk_gap()  # a new level: its own streams' gaps
+            self.chunk_gap_s = None
         fr.set_pacer(self._pause_after_pass if on else None)
 
     def _pause_after_pass(self) -> None:
@@ -87,7 +105,9 @@ class LoadLoop:
 
     def _pause(self) -> None:
         self.pauses += 1
-        time.sleep(PACE_PAUSE_S)  # the GIL is released: the session's thread runs meanwhile
+        self.chunk_gap_s = gap = native.fastread.chunk_gap()
+        self.pause_s = pause = pace_pause(gap)
+        time.sleep(pause)  # the GIL is released: the session's thread runs meanwhile
         native.fastread.paused()
 
     # ---- lag ----------------------------------------------------------------------------------

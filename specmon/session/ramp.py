@@ -101,6 +101,9 @@ _STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
 # Levels of at least this many streams (all arms together) pace the load loop (LoadLoop.pace),
 # where every server runs at real time.
 PACE_FROM_STREAMS = 64
+# How soon finished requests reach the session's loop (their RequestFinished): a batch at most
+# this long after the first of them finished.
+DRAIN_AFTER_S = 0.2
 
 
 class Backoff:
@@ -401,7 +404,7 @@ class RampDriver:
         level = _LevelState([a.name for a in self.arms])
         for client in clients.values():
             await self._load.submit(client.drop_idle())  # idle since the last level: maybe closed
-        cpu0 = self._load.cpu_s
+        cpu0, pauses0 = self._load.cpu_s, self._load.pauses
         self._load.lag_stats(reset=True)
         loop = asyncio.get_running_loop()
 
@@ -411,8 +414,18 @@ class RampDriver:
             while level.notices:
                 live.mark(level.notices.popleft())
 
-        def wake() -> None:  # on the load thread
-            loop.call_soon_threadsafe(drain)
+        def hand_over() -> None:  # on the load thread, DRAIN_AFTER_S after a wake
+            try:
+                loop.call_soon_threadsafe(drain)
+            except RuntimeError:  # the session's loop is closed: the level's own end drained it
+                pass
+
+        def wake() -> None:  # on the load thread, at the first request finished since a drain
+            # A timer there, not a call here: the session's thread then wakes a few times a
+            # second for a batch of requests, not once a request (at 1,000 streams ~900
+            # wake-ups of it, each a thread switch and a pass of its loop, and a GIL the reads
+            # waited for); the load thread wakes every few ms anyway while it streams.
+            self._load.loop.call_later(DRAIN_AFTER_S, hand_over)
 
         # Closed-loop levels of many streams on servers at real time: a simulator sped up 20x
         # steps in under a millisecond, and a pause would put two of a stream's chunks in one read.
@@ -483,6 +496,10 @@ class RampDriver:
                  "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
                  "connect_s": level.connect_s, "connections_opened_ahead": level.connected,
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
+        if self._load.pacing:  # the pacer's pauses this level, the last one's length and its reason
+            gap = self._load.chunk_gap_s
+            stats["pacer"] = {"pauses": self._load.pauses - pauses0, "pause_ms": round(self._load.pause_s * 1000, 3),
+                              "chunk_gap_ms": None if gap is None else round(gap * 1000, 3)}
         paces = {}
         for arm in self.arms:
             pace = server_pace(level.outcomes[arm.name]) if arm.name not in self.fleet.gateways else None
