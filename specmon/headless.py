@@ -17,7 +17,7 @@ from typing import Optional, TextIO
 from specmon.analysis.knee import slo_condition, slo_sentence
 from specmon.analysis.search import search_words
 from specmon.session.live import LiveSession
-from specmon.session.source import SessionSource
+from specmon.session.source import SessionSource, fewer_young_collections
 from specmon.urls import without_credentials
 from specmon.model import (
     FleetLevels,
@@ -257,7 +257,8 @@ def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: T
             loop.call_later(duration_s, stop_because, "duration reached")
         return await live.run(printer, stop)
 
-    reason = asyncio.run(main())
+    with fewer_young_collections():  # a wave of requests' tasks and records: see there
+        reason = asyncio.run(main())
     if isinstance(live, LiveSession) and live.writer is not None:
         print(f"recorded in {live.out_dir}", file=out, flush=True)
     return reason

@@ -8,7 +8,6 @@ progress and log lines coalesce). Message handlers only redraw. Nothing here tal
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import signal
 import time
@@ -24,7 +23,7 @@ from textual.worker import Worker
 
 from specmon.model import Event
 from specmon.session.folder import public_url
-from specmon.session.source import SessionSource
+from specmon.session.source import SessionSource, fewer_young_collections
 from specmon.tui import messages as msg
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
 from specmon.tui.state import SessionState
@@ -553,15 +552,6 @@ class SpecmonApp(App[str]):
 def run_tui(live: SessionSource, title: str = "specmon") -> str:
     """Run the TUI over `live` (a LiveSession or a ReplaySource) until q; the exit reason."""
     app = SpecmonApp(live, title)
-    # A tick allocates a few thousand short-lived containers (Textual's strips carry seven
-    # caches each), so the young generation filled about once a tick and was collected while
-    # most of it was still in use, promoting it: 0.6-0.75 ms a tick in gen-0/1 collections with
-    # the default 700, 0.2-0.26 ms with 10,000 (gc.callbacks over a replayed 3-arm session,
-    # benchmarks/tui_tick.py's). The pause is a few ms every ~15 ticks instead.
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 10_000), *threshold[1:])
-    try:
+    with fewer_young_collections():  # a tick's strips: see there
         result = app.run()
-    finally:
-        gc.set_threshold(*threshold)
     return result or app.exit_reason or "quit"
