@@ -290,11 +290,10 @@ def run_specmon(url: str, c: int, n: int, a, work: Path, wire_log: Path) -> tupl
 
 
 def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int:
-    """One ramp level at C through specmon's own RampDriver + LiveSession (what `specmon ramp
-    --headless` runs, scraping at 1 Hz and writing its session folder), then each request's raw
-    stamps to `out`, as wall-clock seconds."""
-    import asyncio
-
+    """One ramp level at C through specmon's own RampDriver + LiveSession, run by run_headless
+    (what `specmon ramp --headless` runs: scraping at 1 Hz, writing its session folder, its
+    lines to /dev/null here), then each request's raw stamps to `out`, as wall-clock seconds."""
+    from specmon.headless import run_headless
     from specmon.model import ArmSpec, RampPlan
     from specmon.session.live import LiveSession
     from specmon.session.ramp import RampDriver
@@ -305,7 +304,8 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
     ramp = RampDriver([arm], plan)
     folder = Path(out).parent / "specmon-session"
     live = LiveSession([arm], interval=1.0, out_dir=folder, ramp=ramp, isl=isl, osl=osl)
-    asyncio.run(live.run(lambda e: None, asyncio.Event()))
+    with open(os.devnull, "w") as devnull:
+        run_headless(live, out=devnull)
     rows = []
     for o in ramp.last_outcomes["sim"]:
         ev = o.token_events
