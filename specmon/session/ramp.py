@@ -101,9 +101,6 @@ _STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
 # Levels of at least this many streams (all arms together) pace the load loop (LoadLoop.pace),
 # where every server runs at real time.
 PACE_FROM_STREAMS = 64
-# How soon finished requests reach the session's loop (their RequestFinished): a batch at most
-# this long after the first of them finished.
-DRAIN_AFTER_S = 0.2
 
 
 class Backoff:
@@ -414,18 +411,8 @@ class RampDriver:
             while level.notices:
                 live.mark(level.notices.popleft())
 
-        def hand_over() -> None:  # on the load thread, DRAIN_AFTER_S after a wake
-            try:
-                loop.call_soon_threadsafe(drain)
-            except RuntimeError:  # the session's loop is closed: the level's own end drained it
-                pass
-
-        def wake() -> None:  # on the load thread, at the first request finished since a drain
-            # A timer there, not a call here: the session's thread then wakes a few times a
-            # second for a batch of requests, not once a request (at 1,000 streams ~900
-            # wake-ups of it, each a thread switch and a pass of its loop, and a GIL the reads
-            # waited for); the load thread wakes every few ms anyway while it streams.
-            self._load.loop.call_later(DRAIN_AFTER_S, hand_over)
+        def wake() -> None:  # on the load thread
+            loop.call_soon_threadsafe(drain)
 
         # Closed-loop levels of many streams on servers at real time: a simulator sped up 20x
         # steps in under a millisecond, and a pause would put two of a stream's chunks in one read.
