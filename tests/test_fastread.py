@@ -466,3 +466,33 @@ def test_the_c_reader_tracks_the_gaps_between_a_streams_chunks():
     gap = _fastread.chunk_gap()
     assert 0.045 * 0.9 <= gap < 0.5 * 0.9, gap
     _fastread.reset_chunk_gap()
+
+
+def test_itls_in_c_are_pythons(monkeypatch):
+    """RequestOutcome.itls() through the C module and through Python: the same floats, for
+    speculative chunks of several tokens, events that added none, one event, none."""
+    from array import array
+
+    rng = random.Random(7)
+    cases = [[], [(1.0, 3)], [(1.0, 1), (1.25, 1)], [(0.5, 2), (0.5, 0), (0.75, 4), (1.0, -1), (1.5, 1)]]
+    for _ in range(50):
+        t, evs = rng.random(), []
+        for _ in range(rng.randrange(2, 300)):
+            t += rng.random() * 0.05
+            evs.append((t, rng.choice([1, 1, 2, 3, 4, 0])))
+        cases.append(evs)
+    for evs in cases:
+        def outcome():
+            o = RequestOutcome(request_id="r", t_scheduled_wall=0.0, t_scheduled=0.0)
+            for e in evs:
+                o.token_events.append(e)
+            return o
+        fast = outcome().itls()
+        monkeypatch.setattr(cl, "_fastread", None)
+        slow = outcome().itls()
+        monkeypatch.undo()
+        assert fast == slow and len(fast) == sum(n for _, n in evs[1:] if n > 0)
+    with pytest.raises(TypeError):
+        _fastread.itls(array("f", [1.0]), array("i", [1]))
+    with pytest.raises(ValueError):
+        _fastread.itls(array("d", [1.0, 2.0]), array("i", [1]))

@@ -249,7 +249,9 @@ class RequestOutcome:
         cached = self._itls
         if cached is not None and cached[0] == n:
             return cached[1]
-        if isinstance(ev, TokenStamps):
+        if isinstance(ev, TokenStamps) and _fastread is not None:
+            out = _fastread.itls(ev._t, ev._n)  # the same, in C (the same floats)
+        elif isinstance(ev, TokenStamps):
             # spread_gaps over the arrays themselves, one pass, no (gap, tokens) tuple a chunk:
             # this runs on the session's thread for every finished request (~2x the pairs' way)
             t, k = ev._t, ev._n
