@@ -996,8 +996,8 @@ class GenerateClient:
             self._drop(self._free.pop())
         want = min(n, self.max_concurrency) - len(self._free)
         if want > 0:
-            # A task a connection and one timeout for them all: wait_for's per connect was a
-            # second task each (~40 ms of the load thread for a level of 1,000 streams).
+            # A task a connection and one timeout for them all (wait_for's per connect was a
+            # second task each).
             tasks = [asyncio.ensure_future(self._open()) for _ in range(want)]
             done, pending = await asyncio.wait(tasks, timeout=self.connect_timeout_s)
             for t in pending:

@@ -80,10 +80,10 @@ class LoadLoop:
         without a pause the loop wakes for nearly every chunk alone: at 1,000 streams ~87k
         wake-ups (an epoll wait and a thread switch each) for ~98k reads. After a pause the
         next pass finds every socket that became readable meanwhile (the C Poller reads every
-        ready socket of a pass in one callback): at 1 ms ~8.5-11k thread switches, at 4 ms
-        ~5.8k, each ~40-50 us of CPU on the 2-core CI box. The
-        stamps do not move: a read's stamp is the kernel's receive time (_KernelStamped), not
-        the time of the read. What a pause delays is this client's own next step: a closed-
+        ready socket of a pass in one callback): at 1 ms ~9-12k thread switches a run, at 4 ms
+        ~5.8k, each ~40-50 us of CPU on the 2-core CI box. The stamps do not move: a read's
+        stamp is the kernel's receive time (_KernelStamped), not the time of the read. What a
+        pause delays is this client's own next step: a closed-
         loop stream's next request goes out up to PACE_PAUSE_MAX_S later (its TTFT still counts
         from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
         it on only for levels of many streams, where the wake-ups cost; only the C reader
