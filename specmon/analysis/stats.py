@@ -78,7 +78,7 @@ def ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
     return num / den
 
 
-def spread_gaps(gaps_and_tokens: Sequence[tuple[float, int]]) -> list[float]:
+def spread_gaps(gaps_and_tokens: Iterable[tuple[float, int]]) -> list[float]:
     """Per-token inter-token latencies from (chunk gap, tokens in chunk) pairs.
 
     A speculative chunk that carries n tokens after a gap g contributes n values of g / n
