@@ -59,15 +59,16 @@ def _serve(srv: socket.socket, sent: list) -> None:
         c.close()
 
 
-def test_a_paced_loop_reads_many_streams_a_pass_and_keeps_the_arrival_times(monkeypatch):
-    monkeypatch.setattr(load_loop, "PACE_PAUSE_S", PAUSE_S)
+def _paced_streams(name: str) -> tuple[LoadLoop, list, list]:
+    """STREAMS requests against _serve on a paced LoadLoop (stopped): the loop, the outcomes and
+    the server's write stamps."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(STREAMS)
     sent: list = []
     server = threading.Thread(target=_serve, args=(srv, sent), daemon=True)
     server.start()
-    load = LoadLoop(name="test-pacing")
+    load = LoadLoop(name=name)
     try:
         load.pace(True)
 
@@ -87,6 +88,12 @@ def test_a_paced_loop_reads_many_streams_a_pass_and_keeps_the_arrival_times(monk
         load.stop()
         srv.close()
     server.join(5)
+    return load, outs, sent
+
+
+def test_a_paced_loop_reads_many_streams_a_pass_and_keeps_the_arrival_times(monkeypatch):
+    monkeypatch.setattr(load_loop, "PACE_PAUSE_S", PAUSE_S)
+    load, outs, sent = _paced_streams("test-pacing")
     assert all(o.status == "ok" for o in outs), [o.error for o in outs]
     # the four timed events of each stream, each stamped when it arrived, not when it was read
     late = []
@@ -106,30 +113,7 @@ def test_the_pause_is_a_share_of_the_chunk_gaps(monkeypatch):
     """Streams whose chunks come GAP_S apart: after the first gaps the pause is half their 1st
     percentile (here allowed up to 0.1 s), and still every chunk is read alone, at its arrival."""
     monkeypatch.setattr(load_loop, "PACE_PAUSE_MAX_S", 0.1)
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(STREAMS)
-    sent: list = []
-    server = threading.Thread(target=_serve, args=(srv, sent), daemon=True)
-    server.start()
-    load = LoadLoop(name="test-pacing-gap")
-    try:
-        load.pace(True)
-
-        async def run() -> list:
-            client = GenerateClient(f"http://127.0.0.1:{srv.getsockname()[1]}", max_concurrency=STREAMS)
-            outs = [RequestOutcome(request_id=f"r{k}", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
-                    for k in range(STREAMS)]
-            prompt = Workload(input_len=8).prompt(0)
-            await asyncio.gather(*(client.generate(prompt, 5, o) for o in outs))
-            await client.aclose()
-            return outs
-
-        outs = load.call(run(), timeout=30)
-    finally:
-        load.stop()
-        srv.close()
-    server.join(5)
+    load, outs, sent = _paced_streams("test-pacing-gap")
     assert all(o.status == "ok" for o in outs), [o.error for o in outs]
     # the server wrote a round to all streams within a few ms, GAP_S after the last round
     # (the estimate may step down 10 % for a round the scheduler delayed, never far)
