@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Optional, TextIO
 
+from specmon import clock
 from specmon.analysis.knee import slo_condition, slo_sentence
 from specmon.analysis.search import search_words
 from specmon.session.live import LiveSession
@@ -152,7 +153,7 @@ def knees_line(arm: str, k: KneesSummary, rates: bool = False) -> str:
 class HeadlessPrinter:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
-        self.t0 = time.time()
+        self.t0 = clock.wall()
         self._gpu_said = False
         self._sim_gpus_said = False
         self._knees: dict[str, KneesSummary] = {}  # arm -> the latest knees (LevelFinished.knees)

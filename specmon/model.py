@@ -10,9 +10,10 @@ Convention: a value that is not known is ``None``, never a made-up 0. The CSV wr
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
+
+from specmon import clock
 
 if TYPE_CHECKING:
     from specmon.plan import RampPlan
@@ -329,7 +330,7 @@ class RequestRecord:
     level: int
     offered_concurrency: int
     request_id: str
-    t_scheduled: float  # wall clock (time.time()) when the ramp wanted to send it
+    t_scheduled: float  # wall clock (specmon.clock) when the ramp wanted to send it
     t_start: float  # wall clock when the request was sent
     t_end: Optional[float] = None  # wall clock when its last byte arrived (None if it never ended)
     ttft_s: Optional[float] = None  # first token (not first byte) after t_start
@@ -586,7 +587,7 @@ class KneesSummary:
 
 @dataclass
 class Event:
-    ts: float = field(default_factory=time.time, kw_only=True)
+    ts: float = field(default_factory=clock.wall, kw_only=True)
 
 
 @dataclass

@@ -386,13 +386,21 @@ def specmon_level(url: str, c: int, n: int, out: Path) -> dict:
     arm = ArmSpec(name="real", url=url)
     ramp = RampDriver([arm], plan)
     live = LiveSession([arm], interval=1.0, out_dir=out, ramp=ramp, isl=ISL, osl=OSL)
+    step0 = time.time() - time.perf_counter()
     asyncio.run(live.run(lambda e: None, asyncio.Event()))
     outs = [o for o in ramp.last_outcomes["real"] if o.status == "ok"]
     assert len(outs) == n
     toks = sum(o.completion_tokens for o in outs)
     # bench_serving's definitions: TTFT from just before the POST to the first chunk carrying
-    # output; throughput = all output tokens / (end of the last request - start of the first).
-    span = max(o.wall(o.t_end) for o in outs) - min(o.t_sent_wall for o in outs)
+    # output; throughput = all output tokens / (end of the last request - start of the first),
+    # both read on the monotonic clock as bench_serving reads them (perf_counter).
+    span = max(o.t_end for o in outs) - min(o.t_sent for o in outs)
+    # How far the system clock moved against the monotonic one meanwhile (an NTP step, say):
+    # a CI run read a span 24 s longer than four waves of 5 s requests could take, with the
+    # client's CPU of a 20 s run, when the span was read from wall-clock stamps.
+    clock_step = (time.time() - time.perf_counter()) - step0
+    if abs(clock_step) > 0.05:
+        print(f"the system clock stepped {clock_step:+.3f} s against the monotonic clock during the run")
     return {"mean_ttft_ms": statistics.fmean(o.ttft for o in outs) * 1000, "output_throughput": toks / span,
             "mean_e2e_latency_ms": statistics.fmean(o.e2e for o in outs) * 1000, "completed": len(outs),
             "client_cpu_s": ramp.client_stats[-1].get("client_cpu_s")}

@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 import h11
 
+from specmon import clock
 from specmon.analysis.stats import percentile, spread_gaps
 from specmon.load import native
 from specmon.load.workload import Prompt
@@ -1014,8 +1015,8 @@ class GenerateClient:
         loop = asyncio.get_running_loop()
         fresh = conn is None
         if fresh:
-            outcome.t_sent_wall = time.time()
             outcome.t_sent = time.perf_counter()
+            outcome.t_sent_wall = clock.wall_of(outcome.t_sent)
             try:
                 conn = await self._connect()
             except asyncio.TimeoutError:
@@ -1035,8 +1036,8 @@ class GenerateClient:
         if not fresh:
             # Stamp, then write: transport.write hands the bytes to the kernel in this same call.
             # (A new connection was stamped before its connect: the user waits for that too.)
-            outcome.t_sent_wall = time.time()
             outcome.t_sent = time.perf_counter()
+            outcome.t_sent_wall = clock.wall_of(outcome.t_sent)
         ex.t_activity = outcome.t_sent
         conn.transport.write(wire)
         outcome.t_written = time.perf_counter()  # the request is in the kernel: what sending cost us

@@ -34,13 +34,13 @@ import os
 import platform
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from specmon import clock
 from specmon import __version__
 from specmon.errors import UsageError
 from specmon.model import (
@@ -276,7 +276,7 @@ class SessionWriter:
         self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
         self._events = _AppendFile(self.out_dir / EVENTS_FILE)
         self._level_rows: list[LevelResult] = []  # levels.csv, kept to label a knee's row later
-        now = time.time()
+        now = clock.wall()
         self.meta = SessionMeta(
             start_time=_iso(now), start_ts=now, specmon_version=__version__,
             host={"hostname": socket.gethostname(), "platform": platform.platform(),

@@ -28,6 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from specmon import clock
 from specmon.analysis.fleet_levels import fleet_info, fleet_samples
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
@@ -238,7 +239,7 @@ class LiveSession:
             await self.supervisor.restart(self._emit)
 
     def mark(self, label: str) -> None:
-        self._emit(Marker(label=label, ts=time.time()))
+        self._emit(Marker(label=label, ts=clock.wall()))
 
     def pause_ramp(self) -> bool:
         if self.ramp is not None:
@@ -458,7 +459,7 @@ class LiveSession:
         return set(urgent) | set(rest[:max(0, budget - len(urgent))])
 
     async def tick(self, emit: Emit, deadline_s: float) -> SamplesTick:
-        ts = time.time()
+        ts = clock.wall()
         in_turn = self._in_turn()
         for name, c in self._collectors.items():
             if name not in self._inflight and (in_turn is None or name in in_turn or name not in self._scraped):
@@ -504,7 +505,7 @@ class LiveSession:
             else:
                 s = Sample(ts=ts, arm=spec.name, up=False, state="timeout",
                            reason=f"no answer from {c.shown} yet (scrape running for "
-                                  f"{time.time() - (c.scrape_started or ts):.1f} s)",
+                                  f"{clock.wall() - (c.scrape_started or ts):.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
             if c is not None and not s.up and fleet_sample is not None and fleet_sample.up:
                 # The worker cannot be reached, its gateway can: the gateway's figures, said so.

@@ -65,6 +65,7 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
+from specmon import clock
 from specmon.analysis.knee import (
     knee_level, knees_summary, label_knee, plateau_knee, queue_share, queueing_knee, queueing_ttft,
 )
@@ -187,7 +188,7 @@ class _LevelState:
         self.outcomes: dict[str, list[RequestOutcome]] = {a: [] for a in arms}
         self.finished: collections.deque[tuple[str, RequestOutcome]] = collections.deque()
         self.done: dict[str, int] = {a: 0 for a in arms}
-        self.t0 = time.time()
+        self.t0 = clock.wall()
         self.window_t0 = self.t0
         self.t_stop: Optional[float] = None
         self.paused_during = False
@@ -430,7 +431,7 @@ class RampDriver:
             except asyncio.CancelledError:
                 fut.cancel()  # reaches the task on the load loop
                 raise
-            if opened is None and time.time() >= level.window_t0:
+            if opened is None and clock.wall() >= level.window_t0:
                 opened = {a.name: live.newest_metrics(a.name) for a in self.arms}
                 self.fleet.window_opened(live)
             drain()
@@ -438,13 +439,13 @@ class RampDriver:
             if rate is not None:
                 self._watch_backlog(level, rate, live)
                 in_flight = {a.name: _in_flight(level.outcomes[a.name]) for a in self.arms}
-            elapsed = (time.time() - level.t0) * self._pace()
+            elapsed = (clock.wall() - level.t0) * self._pace()
             emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
                                done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed), in_flight=in_flight))
         level.wake = None
         fut.result()
         drain()
-        t_end = time.time()
+        t_end = clock.wall()
         results = []
         for arm in self.arms:
             stopped = level.arm_stop.get(arm.name) or level.t_stop or t_end  # a cut arm stopped early
@@ -532,7 +533,7 @@ class RampDriver:
         """On the session's loop, every poll of an open-loop level: once its window has run half
         its planned length, an arm whose backlog grew over the second half of what ran so far is
         cut short (the load loop cancels what it holds) and said so in a mark."""
-        now = time.time()
+        now = clock.wall()
         t1 = level.planned_t1
         if t1 is None or now >= t1 or now <= level.window_t0:
             return
@@ -736,7 +737,7 @@ class RampDriver:
         opened = await asyncio.gather(*(clients[a].prepare(c) for a in ahead), return_exceptions=True)
         level.connect_s = round(time.monotonic() - t, 4)
         level.connected = {a: (n if isinstance(n, int) else 0) for a, n in zip(ahead, opened)}
-        level.t0 = time.time()
+        level.t0 = clock.wall()
         level.window_t0 = level.t0 + self._wall(plan.settle_s)
         stop = asyncio.Event()
         issued = {a.name: 0 for a in self.arms}
@@ -768,14 +769,14 @@ class RampDriver:
                 issued[arm] += 1
                 if plan.requests_per_level and level.t_stop is None and all(
                         n >= plan.requests_per_level for a, n in issued.items() if a not in self.denied):
-                    level.t_stop = time.time()  # the last request is out: the level stops issuing now
+                    level.t_stop = clock.wall()  # the last request is out: the level stops issuing now
                 if turns:
                     if conv is None or conv.done:
                         conv = self.workload.conversation(self._take_prompt(arm))
                     prompt = conv.next_prompt()
                 else:
                     prompt = self.workload.prompt(self._take_prompt(arm))
-                o = RequestOutcome(request_id=f"{arm}-L{i}-{issued[arm]}", t_scheduled_wall=time.time(),
+                o = RequestOutcome(request_id=f"{arm}-L{i}-{issued[arm]}", t_scheduled_wall=clock.wall(),
                                    t_scheduled=time.perf_counter())
                 if turns:
                     o.turn, o.keep_output = conv.sent, True
@@ -799,9 +800,9 @@ class RampDriver:
                     waited = await nap(wait)  # not `+= await`: that reads the sum before the wait
                     level.backoff_s[arm] += waited
                 elif turns and plan.think_time_s > 0 and not conv.done:
-                    t = time.time()  # the user reads the answer and types the next turn
+                    t = clock.wall()  # the user reads the answer and types the next turn
                     await nap(self._wall(plan.think_time_s))
-                    level.think[arm].append((t, time.time()))
+                    level.think[arm].append((t, clock.wall()))
 
         urls = {a.name: public_url(a.url) for a in self.arms}
         live_arms = self._undenied()
@@ -832,7 +833,7 @@ class RampDriver:
                 last = now
                 paused = self._paused.is_set()
                 if self._skip.is_set():
-                    level.t_stop = time.time()
+                    level.t_stop = clock.wall()
                     stop.set()
                     for t in tasks:
                         t.cancel()
@@ -850,7 +851,7 @@ class RampDriver:
                     if timer is not None:
                         timer.cancel()
             if level.t_stop is None:
-                level.t_stop = time.time()
+                level.t_stop = clock.wall()
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)  # drain what is in flight
         except asyncio.CancelledError:
@@ -867,7 +868,7 @@ class RampDriver:
         arm cut short (over-saturation, set from the session's loop) stops issuing and cancels
         what it holds; a skip cancels everything; otherwise what is in flight finishes (drain)."""
         plan = self.plan
-        level.t0 = time.time()
+        level.t0 = clock.wall()
         pace = self._pace()
         level.window_t0 = level.t0 + plan.settle_s / pace
         n_max = plan.requests_per_level
@@ -914,7 +915,7 @@ class RampDriver:
                         await asyncio.sleep(0.05)
                         paused[0] += 0.05
                         continue
-                    delay = t + paused[0] - time.time()
+                    delay = t + paused[0] - clock.wall()
                     if delay <= 0:
                         return
                     await asyncio.sleep(min(delay, 0.05))
@@ -929,14 +930,14 @@ class RampDriver:
                     due = level.t0 + offset / pace + paused[0]
                     n += 1
                     o = RequestOutcome(request_id=f"{arm}-L{i}-{n}", t_scheduled_wall=due,
-                                       t_scheduled=time.perf_counter() + (due - time.time()))
+                                       t_scheduled=time.perf_counter() + (due - clock.wall()))
                     level.outcomes[arm].append(o)  # in the backlog from its arrival, slot or not
                     task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
                     sends.add(task)
                     task.add_done_callback(sends.discard)
                 if horizon is not None:
                     await until(level.planned_t1)  # the schedule's last stretch without an arrival is the level's too
-                level.arm_stop.setdefault(arm, time.time())
+                level.arm_stop.setdefault(arm, clock.wall())
                 level.streams[arm] = n  # requests sent (an open loop has no streams)
                 if cut.is_set():
                     for t in list(sends):
@@ -953,7 +954,7 @@ class RampDriver:
             while not all(t.done() for t in tasks):
                 await asyncio.sleep(0.02)
                 if self._skip.is_set():
-                    level.t_stop = time.time()
+                    level.t_stop = clock.wall()
                     stop.set()
                     for t in tasks:
                         t.cancel()
@@ -965,4 +966,4 @@ class RampDriver:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         if level.t_stop is None:
-            level.t_stop = max(level.arm_stop.values(), default=time.time())
+            level.t_stop = max(level.arm_stop.values(), default=clock.wall())

@@ -30,7 +30,6 @@ import asyncio
 import functools
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     import httpx
 
+from specmon import clock
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
 from specmon.sources.prom import MetricsParseError, MetricsSnapshot, bare_name, plain_sample
 from specmon.sources.serverinfo import json_body
@@ -365,7 +365,7 @@ def split_engine_metrics(text: str, only: Optional[set[str]] = None) -> dict[str
         marks = tuple(f'worker_addr="{u.rstrip("/")}{end}' for u in only for end in ('"', "/"))
         text = "\n".join(line for line in text.splitlines()
                          if line.startswith("#") or any(m in line for m in marks)) + "\n"
-    snap = MetricsSnapshot.parse(text, ts=time.time(), only=USED_METRICS)
+    snap = MetricsSnapshot.parse(text, ts=clock.wall(), only=USED_METRICS)
     per: dict[str, dict[str, list]] = {}
     for name in snap.names():
         for lab, v in snap.series(name):
@@ -605,7 +605,7 @@ class GatewayFleet:
                                                    reason=f"poll failed: {type(e).__name__}: {str(e)[:200]}"))
 
     async def _poll(self) -> FleetReading:
-        now = time.time()
+        now = clock.wall()
         self.polls += 1
         h = self._headers()
         get = lambda path, most=JSON_MAX_BYTES: self._http.get(self.url + path, h, most)  # noqa: E731
@@ -772,7 +772,7 @@ class GatewayFleet:
     async def _discover_metrics(self, registry: list[RegistryWorker]) -> Optional[GatewayMetrics]:
         """The gateway does not say where its metrics are: try its host at smg's default port,
         and keep that only when the series there name this gateway's workers."""
-        self._discover_due = time.time() + 60.0
+        self._discover_due = clock.wall() + 60.0
         u = urlsplit(self.url)
         host = u.hostname or ""
         candidate = f"http://{'[' + host + ']' if ':' in host else host}:{DEFAULT_METRICS_PORT}/metrics"

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from specmon import clock
 from specmon.model import ArmSpec, HostReading
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
@@ -203,7 +204,7 @@ class HostCollector:
     def read(self) -> tuple[HostReading, dict[str, tuple[Optional[int], Optional[float]]]]:
         """Host reading plus {arm: (server RSS bytes, server CPU % of one core)} for local arms."""
         vm = psutil.virtual_memory()
-        host = HostReading(ts=time.time(), cpu_pct=psutil.cpu_percent(None),
+        host = HostReading(ts=clock.wall(), cpu_pct=psutil.cpu_percent(None),
                            mem_used_bytes=int(vm.total - vm.available), mem_total_bytes=int(vm.total))
         self._find()
         now = time.monotonic()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from specmon import clock
 from specmon.model import GpuProcess, GpuReading, GpuSnapshot
 
 FIXTURE_FORMAT = "specmon-nvml/1"
@@ -71,7 +72,7 @@ class NvmlReader:
             self._nv = None
 
     def read(self) -> GpuSnapshot:
-        ts = time.time()
+        ts = clock.wall()
         nv = self._nv
         if nv is None:
             return GpuSnapshot(ts=ts, available=False, reason=self.reason)
@@ -209,7 +210,7 @@ class NvmlReplay:
     def read(self) -> GpuSnapshot:
         r = self._readings[self._i % len(self._readings)]
         self._i += 1
-        return dataclasses.replace(r, ts=time.time())
+        return dataclasses.replace(r, ts=clock.wall())
 
     def close(self) -> None:
         pass

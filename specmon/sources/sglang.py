@@ -21,7 +21,6 @@ import asyncio
 import ipaddress
 import math
 import os
-import time
 import urllib.request
 from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
@@ -31,6 +30,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     import httpx
 
+from specmon import clock
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
 from specmon.sources import http
@@ -372,7 +372,7 @@ class ArmCollector:
 
     async def scrape(self) -> Sample:
         """One reading of this arm. Never raises (cancellation aside): the Sample says what went wrong."""
-        t0 = time.time()
+        t0 = clock.wall()
         if t0 < self._retry_at:
             return self._down_sample(t0, self.last_state or "down", self.last_reason,
                                      retry_in=self._retry_at - t0)
@@ -391,17 +391,17 @@ class ArmCollector:
             self._failures += 1
             doublings = min(self._failures - 1, _MAX_DOUBLINGS)
             delay = min(self.retry_max_s, self.retry_min_s * 2.0 ** doublings)
-            self._retry_at = time.time() + delay
+            self._retry_at = clock.wall() + delay
             self.last_state, self.last_reason = f.state, f.reason
             # A server that comes back may be a new process with other settings.
             self._info_due = 0.0
             self._metrics_probe_due = 0.0
-            return self._down_sample(t0, f.state, f.reason, retry_in=delay, scrape_s=time.time() - t0)
+            return self._down_sample(t0, f.state, f.reason, retry_in=delay, scrape_s=clock.wall() - t0)
         finally:
             self.scrape_started = None
         self._failures = 0
         self._retry_at = 0.0
-        sample.scrape_s = time.time() - t0
+        sample.scrape_s = clock.wall() - t0
         self.last_state, self.last_reason = sample.state, sample.reason
         return sample
 
@@ -473,7 +473,7 @@ class ArmCollector:
     def read_metrics(self, body: bytes, t0: float) -> tuple[Optional[Sample], Optional[str]]:
         """A Sample from one /metrics body (it joins the window), or None and the problem."""
         try:
-            snap = MetricsSnapshot.parse(body.decode("utf-8", errors="replace"), ts=time.time(), only=USED_METRICS)
+            snap = MetricsSnapshot.parse(body.decode("utf-8", errors="replace"), ts=clock.wall(), only=USED_METRICS)
         except ValueError as e:  # MetricsParseError: bad lines, or more than the parser is given
             return None, f"malformed /metrics ({e})"
         if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
