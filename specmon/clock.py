@@ -8,6 +8,10 @@ system clock once, when specmon starts, plus the monotonic clock since (NTP slew
 system clock but never steps it). Within one process the stamps keep the true intervals; they
 read as the system clock does to the microsecond until that is stepped, and by the step after.
 
+A live session reads the system clock again as it is made (anchor()): its stamps then agree
+with other processes' clocks (a server's log, the simulator's wire log) unless the clock steps
+during the session itself, not since specmon started (a test process runs many sessions).
+
 What stays on time.time(): anything compared with another machine's clock as it is now (an
 HTTP Retry-After date, the times of a Prometheus query) and the simulated server (a server
 stamps by its own clock).
@@ -17,15 +21,23 @@ from __future__ import annotations
 
 import time
 
-_PERF0 = time.perf_counter()
-_WALL0 = time.time()
+# the system clock minus the monotonic clock, as last read: one float, so a reader on another
+# thread never mixes an old reading with a new one
+_OFFSET = time.time() - time.perf_counter()
+
+
+def anchor() -> None:
+    """Read the system clock again. Without a step since the last reading this moves the stamps
+    by microseconds (NTP slews both clocks alike); call it only when nothing is being timed."""
+    global _OFFSET
+    _OFFSET = time.time() - time.perf_counter()
 
 
 def wall() -> float:
     """Now, in epoch seconds on the session's clock."""
-    return _WALL0 + (time.perf_counter() - _PERF0)
+    return time.perf_counter() + _OFFSET
 
 
 def wall_of(perf_stamp: float) -> float:
     """A time.perf_counter() stamp (or a kernel stamp on that clock) in epoch seconds."""
-    return _WALL0 + (perf_stamp - _PERF0)
+    return perf_stamp + _OFFSET

@@ -29,6 +29,18 @@ def test_wall_reads_the_system_clock_until_it_steps():
     assert stamps == sorted(stamps)
 
 
+def test_a_new_session_reads_the_system_clock_again(tmp_path, monkeypatch):
+    system = time.time
+    monkeypatch.setattr(time, "time", lambda: system() + STEP_S)  # stepped before the session
+    try:
+        assert abs(clock.wall() - system()) < 0.01  # stamps go on from the reading they had
+        LiveSession([ArmSpec(name="sim", url="http://127.0.0.1:9")], out_dir=tmp_path)
+        assert abs(clock.wall() - time.time()) < 0.01  # the session's stamps start from the new one
+    finally:
+        monkeypatch.undo()
+        clock.anchor()
+
+
 def test_a_clock_step_mid_level_moves_no_recorded_interval(tmp_path, monkeypatch):
     plan = RampPlan(levels=[2, 4], input_len=64, output_len=24, level_duration_s=None, requests_per_level=12,
                     settle_s=0.0)

@@ -91,6 +91,7 @@ class LiveSession:
         consumers: Sequence[Emit] = (),
         fleets: Sequence[FleetSource] = (),
     ):
+        clock.anchor()  # the session's stamps start from the system clock as it reads now
         self.arms = list(arms)
         self.interval = interval
         self.out_dir = Path(out_dir) if out_dir is not None else default_out_dir()
