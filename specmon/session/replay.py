@@ -25,7 +25,7 @@ from specmon.analysis.knee import knees_summary
 from specmon.errors import UsageError
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, Event, GpuProcess, GpuReading, GpuSnapshot, KneeCalled, LevelFinished,
-    LevelProgress, LevelResult, LevelStarted, Marker, PredictedKnee, RampFinished, Sample, SamplesTick,
+    LevelProgress, LevelResult, LevelStarted, Marker, RampFinished, Sample, SamplesTick,
     SessionEnded, SessionStarted,
 )
 from specmon.session import codec

@@ -152,8 +152,9 @@ class LevelTable(StyledWidget):
         rule_w = min(width, arm_w + table_w - 4)
         lines = [head, Text("─" * rule_w, style=self.st("dim"))]
         body: list[list[Text]] = []  # one list of lines per level
+        prev: object = object()  # no level yet: the first row opens one
         for r in rows:
-            if not body or r.level != prev:
+            if r.level != prev:
                 body.append([])
             prev = r.level
             body[-1].append(self._row(r, arm_w, columns))
