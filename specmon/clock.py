@@ -4,13 +4,14 @@ time.time() follows the system clock, which NTP or an operator may step by secon
 of a session. Two requests sent either side of a step would then be that many seconds apart in
 requests.csv, and a level's window, its tok/s, a counter's rate between two scrapes and the
 TTFT timeline would all be off by the step. So every stamp a session records is read here: the
-system clock once, when specmon starts, plus the monotonic clock since (NTP slews it with the
-system clock but never steps it). Within one process the stamps keep the true intervals; they
-read as the system clock does to the microsecond until that is stepped, and by the step after.
+system clock once, plus the monotonic clock since (NTP slews it with the system clock but never
+steps it). The stamps keep the true intervals; they read as the system clock does to the
+microsecond until that is stepped, and by the step after.
 
-A live session reads the system clock again as it is made (anchor()): its stamps then agree
-with other processes' clocks (a server's log, the simulator's wire log) unless the clock steps
-during the session itself, not since specmon started (a test process runs many sessions).
+The system clock is read at import and again as each live session is made (anchor()): a
+session's stamps then agree with other processes' clocks (a server's log, the simulator's wire
+log) unless the clock steps during that session, not merely since specmon started (a test
+process runs many sessions).
 
 What stays on time.time(): anything compared with another machine's clock as it is now (an
 HTTP Retry-After date, the times of a Prometheus query) and the simulated server (a server
@@ -23,7 +24,7 @@ import time
 
 # the system clock minus the monotonic clock, as last read: one float, so a reader on another
 # thread never mixes an old reading with a new one
-_OFFSET = time.time() - time.perf_counter()
+_OFFSET = 0.0  # set by anchor(), at import (below) and as each live session is made
 
 
 def anchor() -> None:
@@ -31,6 +32,9 @@ def anchor() -> None:
     by microseconds (NTP slews both clocks alike); call it only when nothing is being timed."""
     global _OFFSET
     _OFFSET = time.time() - time.perf_counter()
+
+
+anchor()
 
 
 def wall() -> float:

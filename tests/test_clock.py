@@ -8,8 +8,6 @@ would, and reads what the session recorded.
 import asyncio
 import time
 
-import pytest
-
 from records import rows
 from simproc import start_sim
 from specmon import clock
@@ -44,7 +42,6 @@ def test_a_new_session_reads_the_system_clock_again(tmp_path, monkeypatch):
 def test_a_clock_step_mid_level_moves_no_recorded_interval(tmp_path, monkeypatch):
     plan = RampPlan(levels=[2, 4], input_len=64, output_len=24, level_duration_s=None, requests_per_level=12,
                     settle_s=0.0)
-    arm = ArmSpec(name="sim", url="")
     system = time.time
     stepped = []
 
