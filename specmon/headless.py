@@ -14,6 +14,11 @@ import sys
 import time
 from typing import Optional, TextIO
 
+try:  # the session's loop in C where it is installed (as the load loop's: load/loop.py)
+    import uvloop
+except ImportError:  # Windows, or an install without it
+    uvloop = None
+
 from specmon import clock
 from specmon.analysis.knee import slo_condition, slo_sentence
 from specmon.analysis.search import search_words
@@ -259,7 +264,7 @@ def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: T
         return await live.run(printer, stop)
 
     with fewer_young_collections():  # a wave of requests' tasks and records: see there
-        reason = asyncio.run(main())
+        reason = uvloop.run(main()) if uvloop is not None else asyncio.run(main())
     if isinstance(live, LiveSession) and live.writer is not None:
         print(f"recorded in {live.out_dir}", file=out, flush=True)
     return reason
