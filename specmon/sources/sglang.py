@@ -21,7 +21,6 @@ import asyncio
 import ipaddress
 import math
 import os
-import urllib.request
 from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
 
@@ -140,6 +139,8 @@ def lean_target(url: str) -> Optional[tuple[str, int, str]]:
     if u.scheme != "http" or not u.hostname or u.username or u.password or u.query or u.fragment:
         return None
     if not is_loopback_url(url):
+        import urllib.request  # here, not at the top: ~20 ms of imports a loopback session never needs
+
         proxies = urllib.request.getproxies()
         if proxies.get("http") or proxies.get("all"):
             return None
