@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from specmon.analysis.stats import mean, percentile, percentiles
+from specmon.analysis.stats import mean, percentile, percentile_of_numbers, percentiles
 
 
 def _linear(xs, q):
@@ -43,6 +43,17 @@ def test_percentiles_is_percentile_for_each_q():
     clean = [x for x in xs if x is not None and not math.isnan(x)]
     for q, v in zip(qs, got):
         assert v == pytest.approx(_linear(clean, q), rel=1e-12)
+
+
+def test_percentile_of_numbers_is_percentile_without_the_filter():
+    rng = random.Random(11)
+    xs = [rng.expovariate(10.0) for _ in range(257)]
+    for q in (0, 1, 50, 99, 100):
+        assert percentile_of_numbers(xs, q) == percentile(xs, q)
+    assert xs != sorted(xs)  # the caller's list is left as it was
+    assert percentile_of_numbers([], 99) is None
+    with pytest.raises(ValueError):
+        percentile_of_numbers([1.0], 101)
 
 
 def test_q_out_of_range_raises_even_when_empty():

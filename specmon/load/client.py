@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 import h11
 
 from specmon import clock
-from specmon.analysis.stats import percentile, spread_gaps
+from specmon.analysis.stats import percentile_of_numbers, spread_gaps
 from specmon.load import native
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
@@ -283,7 +283,7 @@ class RequestOutcome:
             t_end=self.wall(self.t_end) if self.t_end is not None and self.t_sent is not None else None,
             ttft_s=ttft, e2e_s=e2e, timing=timing, prompt_tokens=self.prompt_tokens, output_tokens=out,
             itl_mean_s=s(sum(itl) / len(itl)) if itl else None,
-            itl_p99_s=s(percentile(itl, 99)), tpot_s=tpot,
+            itl_p99_s=s(percentile_of_numbers(itl, 99)), tpot_s=tpot,
             spec_verify_ct=verify if isinstance(verify, int) else None, accept_length=accept,
             first_byte_s=s(None if self.t_first_byte is None else self.t_first_byte - self.t_sent),
             # Server-side durations are already in the server's (simulated) seconds: not rescaled.
