@@ -168,7 +168,9 @@ class RequestOutcome:
     t_scheduled: float  # perf_counter
     t_sent: Optional[float] = None
     t_sent_wall: Optional[float] = None
-    t_written: Optional[float] = None  # perf_counter after the request's bytes were handed to the kernel
+    # perf_counter after the request's bytes were handed to the kernel; read after write()
+    # returned, so on a busy host it can fall after t_first_byte (the kernel's arrival stamp)
+    t_written: Optional[float] = None
     t_first_byte: Optional[float] = None
     t_end: Optional[float] = None
     # (perf stamp, tokens added) for every event that added tokens, in order
