@@ -82,6 +82,24 @@ static inline double clock_s(clockid_t id) {
     return (double)((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) / 1e9;
 }
 
+/* The realtime clock at a monotonic instant (returned; the realtime reading in *real): the
+ * realtime read between two monotonic ones, read again (at most twice more) while they are over
+ * 50 us apart. A kernel stamp is moved from the realtime clock onto the monotonic one by their
+ * difference, and a thread preempted between two plain reads would put every stamp of that read
+ * early by the whole stall (on a busy host: milliseconds). */
+static inline double mono_real(double *real) {
+    double m0 = clock_s(CLOCK_MONOTONIC), m1 = m0, r = 0;
+    for (int i = 0; i < 3; i++) {
+        r = clock_s(CLOCK_REALTIME);
+        m1 = clock_s(CLOCK_MONOTONIC);
+        if (m1 - m0 <= 50e-6)
+            break;
+        m0 = m1;
+    }
+    *real = r;
+    return (m0 + m1) / 2;
+}
+
 /* What _Exchange keeps between reads that this reads and writes: see client.py's _Exchange,
  * where each is set and what it means. */
 typedef struct {
@@ -548,13 +566,13 @@ static PyObject *read_once(Reader *self) {
     }
     if (n == 0)
         return call_lost(self, Py_None);
-    double now = clock_s(CLOCK_MONOTONIC), stamp = now;
+    double real, now = mono_real(&real), stamp = now;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
     if (cm != NULL && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS &&
         cm->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
         struct timespec ts;
         memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-        double ago = clock_s(CLOCK_REALTIME) - ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+        double ago = real - ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
         if (ago > 0)
             stamp = now - ago;
     }

@@ -422,6 +422,20 @@ class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
 _SO_TIMESTAMPNS = 35
 _unpack_ts = struct.Struct("qq").unpack_from
 _wall = time.time
+
+
+def _perf_and_wall() -> tuple[float, float]:
+    """perf_counter and time.time at one instant, as _fastread.c's mono_real: the wall clock
+    read between two perf_counter reads, again (at most twice more) while they are over 50 us
+    apart, so a preemption between two plain reads cannot move a kernel stamp by the stall."""
+    p0 = _perf()
+    for _ in range(3):
+        w = _wall()
+        p1 = _perf()
+        if p1 - p0 <= 50e-6:
+            break
+        p0 = p1
+    return (p0 + p1) / 2, w
 # Under malloc's mmap threshold (128 KiB): recvmsg allocates this much for every read before
 # it shrinks the result, and 256 KiB cost ~17 us a read in mmap and page faults (64 KiB: ~1 us).
 # A larger body is read on the next readiness, as a split chunk is.
@@ -502,13 +516,13 @@ class _KernelStamped:
         if not data:
             self._lost(None)
             return
-        now = _perf()
+        now, real = _perf_and_wall()
         stamp = now
         if anc:  # one control message: the timestamp
             _, kind, raw = anc[0]
             if kind == _SO_TIMESTAMPNS and len(raw) >= 16:
                 sec, nsec = _unpack_ts(raw)
-                ago = _wall() - (sec + nsec * 1e-9)
+                ago = real - (sec + nsec * 1e-9)
                 if ago > 0:
                     stamp = now - ago
         self._p.received(stamp, data)
