@@ -31,7 +31,17 @@ def anchor() -> None:
     """Read the system clock again. Without a step since the last reading this moves the stamps
     by microseconds (NTP slews both clocks alike); call it only when nothing is being timed."""
     global _OFFSET
-    _OFFSET = time.time() - time.perf_counter()
+    # The system clock read between two monotonic reads, the pair least far apart of three: a
+    # thread preempted between two plain reads would put every stamp of the session off by
+    # the stall (milliseconds on a busy host).
+    best = None
+    for _ in range(3):
+        p0 = time.perf_counter()
+        t = time.time()
+        p1 = time.perf_counter()
+        if best is None or p1 - p0 < best[0]:
+            best = (p1 - p0, t - (p0 + p1) / 2)
+    _OFFSET = best[1]
 
 
 anchor()

@@ -30,7 +30,7 @@ def test_headless_attach_end_to_end_is_read_only(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     tick_lines = [ln for ln in lines if ":" in ln[:8] and " run " in ln]
-    assert 4 <= len(tick_lines) <= 8  # 3 s at 2 Hz
+    assert 3 <= len(tick_lines) <= 8  # 3 s at 2 Hz (fewer where a busy host starts slowly)
     assert any(ln.startswith("knee [predicted] nv:") and "8192+1024" in ln for ln in lines)
     assert any("NVML unavailable" in ln for ln in lines)
     # Read-only: the attach sent only GETs, and it did send some.

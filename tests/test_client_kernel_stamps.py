@@ -32,8 +32,8 @@ def _serve(srv: socket.socket, sent: dict) -> None:
         c.sendall(STREAM_HEAD + chunk(_event(1)))
         time.sleep(0.3)
         sent["t"] = time.perf_counter()
-        c.sendall(chunk(_event(3, final=True)))
-        c.sendall(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        # one write: a read of two writes would carry the second one's stamp
+        c.sendall(chunk(_event(3, final=True)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         c.recv(1)  # until the client closes
 
 
@@ -67,7 +67,9 @@ def _second_stamp_late_by(kernel: bool) -> float:
 
 def test_a_chunk_read_late_keeps_the_time_it_arrived():
     late = _second_stamp_late_by(kernel=True)
-    assert -0.005 < late < 0.05, late  # the kernel's receive time: microseconds after the send on loopback
+    # the kernel's receive time: microseconds after the send on loopback (more where a busy host
+    # leaves the receive to ksoftirqd), against ~0.5 s for a stamp taken at the read
+    assert -0.005 < late < 0.1, late
 
 
 def test_without_kernel_stamps_the_chunk_is_stamped_when_read():

@@ -146,6 +146,7 @@ def test_cancelled_request_closes_its_stream_and_the_server_aborts_it():
             await c.aclose()
             return left
         assert asyncio.run(main()) == 0  # a cut stream's socket is never reused
+        time.sleep(0.5)  # the sim's abort and its last log lines on their way
         decodes = sim.log_text().count("Decode batch")
         assert decodes > 0
         time.sleep(1.5)  # a running request logs a decode line every ~0.1 s here

@@ -54,7 +54,7 @@ def test_a_level_longer_than_its_ring_reads_its_first_samples_back(tmp_path, mon
     assert max(ring_sizes) == 4  # bounded, and full
     assert len(checked) == 2
     for result, got, seen in checked:
-        assert len(seen) >= 15  # the window outlasted the ring several times over
+        assert len(seen) >= 10  # the window outlasted the ring (4) several times over (~25 ticks idle)
         assert [s.ts for s in got] == pytest.approx([s.ts for s in seen], abs=1e-3)
         assert [s.running_reqs for s in got] == [s.running_reqs for s in seen]
         assert [s.up for s in got] == [s.up for s in seen]

@@ -177,11 +177,13 @@ def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
     client read TTFT ~10 % short). The wire log brackets what went to the socket."""
     wl = tmp_path / "wire.jsonl"
     with start_sim("--enable-metrics", "--wire-log", str(wl), "--profile", "fp8-mtp", "--startup-s", "0.5", speed=1) as sim:
+        sent_at = {}
         with httpx.Client(base_url=sim.url, timeout=60) as c:
             for i in range(3):
                 body = {"input_ids": list(range(1, 2001)), "stream": True, "rid": f"w{i}",
                         "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
                 t_sent, t_first, first, final = time.time(), None, None, None
+                sent_at[f"w{i}"] = t_sent
                 with c.stream("POST", "/generate", json=body) as r:
                     for line in r.iter_lines():
                         if line.startswith("data: {"):
@@ -192,7 +194,6 @@ def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
                 # even when the next speculative pass was computed before the stream read it
                 assert first["completion_tokens"] == 1 and "response_sent_to_client_ts" in first
                 m = final
-                assert t_sent <= m["request_received_ts"] + 0.002
                 assert t_first >= m["response_sent_to_client_ts"] - 0.002  # no token before its pass ended
                 assert m["response_sent_to_client_ts"] - m["request_received_ts"] > 0.005  # a 2000-token prefill
     rows = {w["rid"]: w for w in map(json.loads, wl.read_text().splitlines())}
@@ -200,6 +201,9 @@ def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
     for w in rows.values():
         assert w["status"] == 200 and w["bodies"] >= 3  # first token, ..., [DONE]
         assert w["t_in"] < w["t_first_body"] <= w["t_last_token_body"] <= w["t_last_body"]
+        # (one clock, the host's: the simulator's own stamps follow its scheduler's clock, which
+        # a busy host can hold back a little)
+        assert sent_at[w["rid"]] <= w["t_in"]
 
 
 def test_faults():

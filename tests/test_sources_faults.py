@@ -15,6 +15,7 @@ import pytest
 
 from badserver import SERVER_INFO, BadServer, proxy_catcher
 from simproc import free_port
+from specmon import clock
 from specmon.model import ArmSpec, Sample
 from specmon.sources.sglang import METRICS_MAX_BYTES, ArmCollector
 
@@ -203,7 +204,7 @@ async def test_2000_refused_scrapes_keep_returning_a_state():
             assert not s.up
         assert c._failures == 2000  # every scrape really tried (and failed)
         assert s.state == "refused" and str(port) in s.reason
-        assert c._retry_at - time.time() <= 1e-6  # the delay is at its ceiling, no more
+        assert c._retry_at - clock.wall() <= 1e-6  # the delay is at its ceiling, no more
     finally:
         await c.aclose()
 
@@ -212,13 +213,19 @@ async def test_backoff_delay_doubles_to_its_ceiling():
     port = free_port()
     c = ArmCollector(ArmSpec("gone", f"http://127.0.0.1:{port}"), retry_min_s=0.01, retry_max_s=0.04)
     try:
-        delays = []
+        # each delay lies between the retry time less the clock after the scrape and less the
+        # clock before it (the collector's clock: a scrape on a busy host takes a while)
+        shortest, longest = [], []
         for _ in range(5):
+            before = clock.wall()
             s = await c.scrape()
+            after = clock.wall()
             assert s.state == "refused"
-            delays.append(c._retry_at - time.time())
-            await asyncio.sleep(max(0.0, c._retry_at - time.time()) + 0.002)
-        assert delays[0] <= 0.01 and 0.012 < delays[1] <= 0.02 and all(0.025 < d <= 0.04 for d in delays[2:]), delays
+            shortest.append(c._retry_at - after)
+            longest.append(c._retry_at - before)
+            await asyncio.sleep(max(0.0, c._retry_at - clock.wall()) + 0.002)
+        assert shortest[0] <= 0.01 and 0.012 < longest[1] and shortest[1] <= 0.02, (shortest, longest)
+        assert all(0.025 < b and a <= 0.04 for a, b in zip(shortest[2:], longest[2:])), (shortest, longest)
     finally:
         await c.aclose()
 
