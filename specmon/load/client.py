@@ -436,6 +436,8 @@ def _perf_and_wall() -> tuple[float, float]:
             break
         p0 = p1
     return (p0 + p1) / 2, w
+
+
 # Under malloc's mmap threshold (128 KiB): recvmsg allocates this much for every read before
 # it shrinks the result, and 256 KiB cost ~17 us a read in mmap and page faults (64 KiB: ~1 us).
 # A larger body is read on the next readiness, as a split chunk is.
