@@ -83,6 +83,18 @@ def _wait_in(sock: socket.socket, n: int) -> None:
         time.sleep(0.0005)
 
 
+def _system_minus_monotonic() -> float:
+    """time.time() - perf_counter(), from the closest of three bracketed reads."""
+    best = None
+    for _ in range(3):
+        p0 = time.perf_counter()
+        t = time.time()
+        p1 = time.perf_counter()
+        if best is None or p1 - p0 < best[0]:
+            best = (p1 - p0, t - (p0 + p1) / 2)
+    return best[1]
+
+
 def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float = 0.0) -> dict:
     """The request after `pieces` (the response's bytes) each came in one read; `end`: "close"
     or "reset" of the server's side after the last piece. reader: "python" (_readable), "c" (the
@@ -101,6 +113,7 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float 
         o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
         done = loop.create_future()
         ex = conn.exchange = _Exchange(conn, o, done)
+        offset0 = _system_minus_monotonic()
         t0 = time.perf_counter()
         for k, piece in enumerate(pieces):
             if k and gap_s:
@@ -118,7 +131,11 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float 
         if done.done():
             GenerateClient._read_final(ex)
         stamps = [t for t, _ in o.token_events]
-        assert all(t0 - 0.01 <= t <= t1 for t in stamps) and stamps == sorted(stamps)
+        # The kernel stamps on the system clock: a step of it between a piece's arrival and its
+        # read moves that stamp by the step (this test's VM stepped 130 ms once, resumed from a
+        # snapshot). Judged only where the clock held still meanwhile.
+        if abs(_system_minus_monotonic() - offset0) < 50e-6:
+            assert all(t0 - 0.01 <= t <= t1 for t in stamps) and stamps == sorted(stamps)
         return {"status": o.status, "error": o.error, "rid": o.rid, "events": ex.events,
                 "tokens": [n for _, n in o.token_events], "completion_tokens": o.completion_tokens,
                 "meta": o.final_meta, "saw_done": ex.saw_done, "ended": o.t_end is not None,
