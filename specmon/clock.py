@@ -27,13 +27,10 @@ import time
 _OFFSET = 0.0  # set by anchor(), at import (below) and as each live session is made
 
 
-def anchor() -> None:
-    """Read the system clock again. Without a step since the last reading this moves the stamps
-    by microseconds (NTP slews both clocks alike); call it only when nothing is being timed."""
-    global _OFFSET
-    # The system clock read between two monotonic reads, the pair least far apart of three: a
-    # thread preempted between two plain reads would put every stamp of the session off by
-    # the stall (milliseconds on a busy host).
+def system_minus_monotonic() -> float:
+    """time.time() - time.perf_counter() as they read now: the system clock read between two
+    monotonic reads, the pair least far apart of three (a thread preempted between two plain
+    reads would be off by the stall: milliseconds on a busy host)."""
     best = None
     for _ in range(3):
         p0 = time.perf_counter()
@@ -41,7 +38,14 @@ def anchor() -> None:
         p1 = time.perf_counter()
         if best is None or p1 - p0 < best[0]:
             best = (p1 - p0, t - (p0 + p1) / 2)
-    _OFFSET = best[1]
+    return best[1]
+
+
+def anchor() -> None:
+    """Read the system clock again. Without a step since the last reading this moves the stamps
+    by microseconds (NTP slews both clocks alike); call it only when nothing is being timed."""
+    global _OFFSET
+    _OFFSET = system_minus_monotonic()
 
 
 anchor()

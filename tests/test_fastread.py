@@ -22,6 +22,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from specmon import clock
 from specmon.load import client as cl
 from specmon.load.client import GenerateClient, RequestOutcome, _Exchange, _KernelStamped, _Stream, request_body
 from specmon.load.workload import Prompt, random_ids
@@ -83,18 +84,6 @@ def _wait_in(sock: socket.socket, n: int) -> None:
         time.sleep(0.0005)
 
 
-def _system_minus_monotonic() -> float:
-    """time.time() - perf_counter(), from the closest of three bracketed reads."""
-    best = None
-    for _ in range(3):
-        p0 = time.perf_counter()
-        t = time.time()
-        p1 = time.perf_counter()
-        if best is None or p1 - p0 < best[0]:
-            best = (p1 - p0, t - (p0 + p1) / 2)
-    return best[1]
-
-
 def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float = 0.0) -> dict:
     """The request after `pieces` (the response's bytes) each came in one read; `end`: "close"
     or "reset" of the server's side after the last piece. reader: "python" (_readable), "c" (the
@@ -113,7 +102,7 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float 
         o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
         done = loop.create_future()
         ex = conn.exchange = _Exchange(conn, o, done)
-        offset0 = _system_minus_monotonic()
+        offset0 = clock.system_minus_monotonic()
         t0 = time.perf_counter()
         for k, piece in enumerate(pieces):
             if k and gap_s:
@@ -134,7 +123,7 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float 
         # The kernel stamps on the system clock: a step of it between a piece's arrival and its
         # read moves that stamp by the step (this test's VM stepped 130 ms once, resumed from a
         # snapshot). Judged only where the clock held still meanwhile.
-        if abs(_system_minus_monotonic() - offset0) < 50e-6:
+        if abs(clock.system_minus_monotonic() - offset0) < 50e-6:
             assert all(t0 - 0.01 <= t <= t1 for t in stamps) and stamps == sorted(stamps)
         return {"status": o.status, "error": o.error, "rid": o.rid, "events": ex.events,
                 "tokens": [n for _, n in o.token_events], "completion_tokens": o.completion_tokens,
