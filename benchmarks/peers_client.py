@@ -513,8 +513,10 @@ def main() -> int:
     ap.add_argument("--_specmon", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._specmon:
+        from specmon.cli import exit_now
+
         url, c, n, isl, osl, out = a._specmon
-        return specmon_child(url, int(c), int(n), int(isl), int(osl), out)
+        exit_now(specmon_child(url, int(c), int(n), int(isl), int(osl), out))  # as the `specmon` command ends
     # here, not at the top: the specmon child (above) imports only what `specmon ramp` does
     from simproc import start_sim
 

@@ -1,3 +1,3 @@
-from specmon.cli import main
+from specmon.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -9,9 +9,10 @@ Exit codes (contract): 0 ok; 2 bad usage or bad input (one line naming the probl
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from specmon import __version__
 from specmon.errors import ServerError, UsageError
@@ -297,6 +298,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --prometheus: seconds between rows (default the scrape interval)")
     p.add_argument("--out", default=None, help="with --prometheus: the session folder to write")
     return parser
+
+
+def entry() -> NoReturn:
+    """The `specmon` command (and `python -m specmon`): main(), then out of the process."""
+    exit_now(main())
+
+
+def exit_now(rc: int) -> NoReturn:
+    """End the process with rc once its work is done: the atexit hooks run (launch's servers are
+    stopped there) and stdout/stderr are flushed, then the process ends without the interpreter's
+    teardown. Why: that teardown frees every object one by one and collects them all again, ~60 ms
+    of CPU after a 1,000-stream ramp (3 % of the whole run's); the operating system frees the
+    memory at once. Threads still running end with the process, as daemon threads do; the
+    commands have stopped their own by the time main returns."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a reader that left, or a stream already closed
+            pass
+    os._exit(rc)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
