@@ -435,6 +435,32 @@ def test_a_read_that_raises_ends_the_pass_and_the_rest_are_read_in_the_next():
             r.close()
 
 
+def test_a_read_that_fills_the_buffer_leaves_the_rest_to_the_next_pass_with_no_new_bytes():
+    # The poller is edge-triggered: a socket is reported when bytes arrive. A read takes at most
+    # 64 KiB, so one that fills it must put its socket back for the next pass itself, or the
+    # rest would wait for bytes that may never come.
+    with _loop_and_pairs(2) as (loop, pairs):
+        poller = _fastread.Poller(loop)
+        recs = [_Recorder() for _ in pairs]
+        readers = [_fastread.Reader(c.fileno(), r, r, poller) for (c, _), r in zip(pairs, recs)]
+        big = bytes(range(256)) * 400  # 102,400 bytes
+        pairs[0][1].sendall(big)
+        pairs[1][1].sendall(b"small")
+        _wait_in(pairs[0][0], len(big))
+        _wait_in(pairs[1][0], 5)
+        poller.ready()
+        assert [len(b) for b in recs[0].got] == [64 * 1024] and recs[1].got == [b"small"]
+        poller.ready()  # nothing new arrived
+        assert b"".join(recs[0].got) == big and recs[1].got == [b"small"] and poller.passes == 2
+        assert poller.ready() is None and poller.passes == 2  # and nothing is reported again
+        pairs[1][1].sendall(b"more")
+        _wait_in(pairs[1][0], 4)
+        poller.ready()
+        assert recs[1].got == [b"small", b"more"] and len(recs[0].got) == 2
+        for r in readers:
+            r.close()
+
+
 def test_a_reader_takes_a_poller_or_none_and_is_initialised_once():
     with _loop_and_pairs(1) as (loop, [(cli, _)]):
         rec = _Recorder()

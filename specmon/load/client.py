@@ -590,7 +590,10 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
 
     @property
     def last_event(self) -> bytes:
-        return self._last_buf[self._last_lo:self._last_hi]
+        buf = self._last_buf
+        if buf is None:  # the C reader read it last, and kept it in its own buffer
+            return self._kept_event()
+        return buf[self._last_lo:self._last_hi]
 
     def feed(self, now: float, data: bytes) -> None:
         self._feed(now, data)
