@@ -12,7 +12,7 @@ import time
 import pytest
 
 from loopback_http import STREAM_HEAD, chunk, read_request
-from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load.client import GenerateClient, RequestOutcome, request_body
 from specmon.load.workload import Workload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
@@ -75,3 +75,47 @@ def test_a_chunk_read_late_keeps_the_time_it_arrived():
 def test_without_kernel_stamps_the_chunk_is_stamped_when_read():
     late = _second_stamp_late_by(kernel=False)
     assert late > 0.2, late  # read once the loop was free again, ~0.5 s after it arrived
+
+
+def _serve_then_cut(srv: socket.socket, events: int) -> None:
+    """A streamed answer of `events` one-token events, one write each, then the server goes."""
+    c, _ = srv.accept()
+    with c:
+        read_request(c)
+        c.sendall(STREAM_HEAD + chunk(_event(1)))
+        for n in range(2, events + 1):
+            time.sleep(0.02)  # each event its own read
+            c.sendall(chunk(_event(n)))
+        time.sleep(0.05)
+
+
+def test_a_stream_cut_mid_way_keeps_every_token_event_read_before_the_cut():
+    # The C reader stages the events it reads in the exchange and hands them to the outcome when
+    # the exchange ends: a response that never ends (the server went) must still have them all.
+    from specmon.load import native
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    threading.Thread(target=_serve_then_cut, args=(srv, 12), daemon=True).start()
+
+    async def main():
+        client = GenerateClient(f"http://127.0.0.1:{srv.getsockname()[1]}", max_concurrency=1, kernel_stamps=True)
+        conn = await client._open()
+        fast0 = conn.transport.native.fast_reads if native.fastread is not None else 0
+        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+        await client._attempt(conn, request_body(Workload(input_len=8).prompt(0), 64), o)
+        fast = (conn.transport.native.fast_reads if native.fastread is not None else 0) - fast0
+        await client.aclose()
+        return o, fast
+
+    try:
+        o, fast = asyncio.run(main())
+    finally:
+        srv.close()
+    assert o.status == "error" and o.error.startswith("ReadError"), o.error
+    assert [n for _, n in o.token_events] == [1] * 12  # the first event's token, then one each
+    stamps = [t for t, _ in o.token_events]
+    assert stamps == sorted(stamps)
+    if native.fastread is not None:
+        assert fast >= 8  # most of them were the C reader's (staged, then handed over)

@@ -117,6 +117,7 @@ def _read_through(pieces: list[bytes], reader: str, end: str = "", gap_s: float 
             time.sleep(0.01)
             read()
         t1 = time.perf_counter()
+        ex._flush_stamps()  # as GenerateClient._attempt does when the exchange ends
         if done.done():
             GenerateClient._read_final(ex)
         stamps = [t for t, _ in o.token_events]

@@ -15,7 +15,9 @@
  * so the Python path always starts from the state it left. The state both paths share lives in
  * the C fields of ExchangeBase, the base class of client.py's _Exchange: Python reads and writes
  * them as attributes, this reads and writes the fields (an attribute lookup and a store a read
- * cost ~15 % of the load thread at 1,000 streams). So either path can take the next read.
+ * cost ~15 % of the load thread at 1,000 streams). So either path can take the next read. The
+ * token events this path reads are staged in the exchange and appended to the outcome's arrays
+ * in one call (flush_staged) before the Python path takes a read and when the exchange ends.
  * tests/test_fastread.py feeds the same streams, split every way, through both and compares.
  *
  * A Poller holds the readers of one event loop behind one epoll instance, and the loop watches
@@ -105,8 +107,13 @@ static inline double mono_real(double *real) {
 typedef struct {
     PyObject_HEAD
     PyObject *o;          /* the RequestOutcome: its .events counts the events read */
-    PyObject *add_t;      /* _add_t, _add_n: the token stamps' array appends */
+    PyObject *add_t;      /* _add_t, _add_n: the token stamps' array appends (the Python path's) */
     PyObject *add_n;
+    PyObject *arr_t;      /* _arr_t, _arr_n: those arrays, which flush_staged() extends */
+    PyObject *arr_n;
+    double *staged_t;     /* the token events this path read since the last flush_staged() */
+    int *staged_n;
+    Py_ssize_t staged, staged_cap;
     PyObject *last_buf;   /* _last_buf[_last_lo:_last_hi]: the last event's data (the Python path's); */
     Py_ssize_t last_lo, last_hi; /* NULL (None): it is kept[0:kept_len] (this path's) */
     char *kept;           /* the last event this path read, copied out of the read buffer */
@@ -122,6 +129,8 @@ static int ExchangeBase_traverse(ExchangeBase *self, visitproc visit, void *arg)
     Py_VISIT(self->o);
     Py_VISIT(self->add_t);
     Py_VISIT(self->add_n);
+    Py_VISIT(self->arr_t);
+    Py_VISIT(self->arr_n);
     Py_VISIT(self->last_buf);
     return 0;
 }
@@ -130,6 +139,8 @@ static int ExchangeBase_clear(ExchangeBase *self) {
     Py_CLEAR(self->o);
     Py_CLEAR(self->add_t);
     Py_CLEAR(self->add_n);
+    Py_CLEAR(self->arr_t);
+    Py_CLEAR(self->arr_n);
     Py_CLEAR(self->last_buf);
     return 0;
 }
@@ -138,6 +149,8 @@ static void ExchangeBase_dealloc(ExchangeBase *self) {
     PyObject_GC_UnTrack(self);
     ExchangeBase_clear(self);
     PyMem_Free(self->kept);
+    PyMem_Free(self->staged_t);
+    PyMem_Free(self->staged_n);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -145,6 +158,8 @@ static PyMemberDef ExchangeBase_members[] = {
     {"o", T_OBJECT, offsetof(ExchangeBase, o), 0, "the request's RequestOutcome"},
     {"_add_t", T_OBJECT, offsetof(ExchangeBase, add_t), 0, "appends a token event's stamp"},
     {"_add_n", T_OBJECT, offsetof(ExchangeBase, add_n), 0, "appends a token event's token count"},
+    {"_arr_t", T_OBJECT, offsetof(ExchangeBase, arr_t), 0, "the token stamps' array('d')"},
+    {"_arr_n", T_OBJECT, offsetof(ExchangeBase, arr_n), 0, "the token counts' array('i')"},
     {"_last_buf", T_OBJECT, offsetof(ExchangeBase, last_buf), 0, "the buffer holding the last event"},
     {"_last_lo", T_PYSSIZET, offsetof(ExchangeBase, last_lo), 0, "the last event's start in it"},
     {"_last_hi", T_PYSSIZET, offsetof(ExchangeBase, last_hi), 0, "the last event's end in it"},
@@ -156,6 +171,60 @@ static PyMemberDef ExchangeBase_members[] = {
     {NULL},
 };
 
+/* The token events staged by this path, appended to the arrays: before the Python path takes a
+ * read (its events come after these), and when the exchange ends (client.py's _attempt). */
+static int flush_staged(ExchangeBase *ex) {
+    if (ex->staged == 0)
+        return 0;
+    if (ex->arr_t == NULL || ex->arr_n == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "staged token events without their arrays");
+        return -1;
+    }
+    PyObject *r = PyObject_CallMethod(ex->arr_t, "frombytes", "y#", (const char *)ex->staged_t,
+                                      (Py_ssize_t)(ex->staged * (Py_ssize_t)sizeof(double)));
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    r = PyObject_CallMethod(ex->arr_n, "frombytes", "y#", (const char *)ex->staged_n,
+                            (Py_ssize_t)(ex->staged * (Py_ssize_t)sizeof(int)));
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    ex->staged = 0;
+    return 0;
+}
+
+static PyObject *ExchangeBase_flush(ExchangeBase *self, PyObject *Py_UNUSED(ignored)) {
+    if (flush_staged(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* One token event: its stamp and count kept here, no Python object made (a float, two method
+ * calls and their argument parsing a read: ~5 % of the load thread at 1,000 streams). */
+static int stage(ExchangeBase *ex, double t, int n) {
+    if (ex->staged == ex->staged_cap) {
+        Py_ssize_t cap = ex->staged_cap ? ex->staged_cap * 2 : 128;
+        double *ts = PyMem_Realloc(ex->staged_t, (size_t)cap * sizeof(double));
+        if (ts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        ex->staged_t = ts;
+        int *ns = PyMem_Realloc(ex->staged_n, (size_t)cap * sizeof(int));
+        if (ns == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        ex->staged_n = ns;
+        ex->staged_cap = cap;
+    }
+    ex->staged_t[ex->staged] = t;
+    ex->staged_n[ex->staged] = n;
+    ex->staged++;
+    return 0;
+}
+
 /* The last event this path read (kept), as bytes: read once, when the response ends. */
 static PyObject *ExchangeBase_kept_event(ExchangeBase *self, PyObject *Py_UNUSED(ignored)) {
     return PyBytes_FromStringAndSize(self->kept, self->kept ? self->kept_len : 0);
@@ -164,6 +233,8 @@ static PyObject *ExchangeBase_kept_event(ExchangeBase *self, PyObject *Py_UNUSED
 static PyMethodDef ExchangeBase_methods[] = {
     {"_kept_event", (PyCFunction)ExchangeBase_kept_event, METH_NOARGS,
      "the last event the C reader read (where _last_buf is None)"},
+    {"_flush_stamps", (PyCFunction)ExchangeBase_flush, METH_NOARGS,
+     "append the token events the C reader staged to the arrays (they are whole only after this)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -495,7 +566,7 @@ static int fast_read(Reader *self, double now, const char *p, Py_ssize_t n) {
     if (!PyObject_TypeCheck(exobj, &ExchangeBaseType))
         goto done; /* None: no request on this connection */
     ExchangeBase *ex = (ExchangeBase *)exobj;
-    if (!ex->between_chunks || ex->o == NULL || ex->add_t == NULL || ex->add_n == NULL)
+    if (!ex->between_chunks || ex->o == NULL || ex->arr_t == NULL || ex->arr_n == NULL)
         goto done; /* before the body, mid-chunk or mid-event, or the rid not read yet */
 
     Py_ssize_t pos = 0;
@@ -531,36 +602,34 @@ static int fast_read(Reader *self, double now, const char *p, Py_ssize_t n) {
     /* first, while nothing else has run on this thread since the read: p is its read buffer */
     if (nev > 0 && keep_event(ex, p + ev[nev - 1].d, ev[nev - 1].cut - ev[nev - 1].d) < 0)
         goto done;
-    PyObject *t = NULL;
+    int added = 0;
     for (int i = 0; i < nev; i++) {
         if (ev[i].ct <= ex->last_tokens)
             continue;
-        if (t == NULL) {
-            if ((t = PyFloat_FromDouble(now)) == NULL)
-                goto done;
-            if (ex->last_t > 0)
-                track_gap(now - ex->last_t);
-        } else {
-            track_gap(0.0); /* two of this stream's events in one read */
+        long long k = ev[i].ct - ex->last_tokens;
+        if (k > INT_MAX) { /* more than an array('i') holds: the error Python's append raises */
+            PyErr_SetString(PyExc_OverflowError, "signed integer is greater than maximum");
+            goto done;
         }
-        PyObject *k = PyLong_FromLongLong(ev[i].ct - ex->last_tokens);
-        if (k == NULL) { Py_DECREF(t); goto done; }
-        PyObject *r1 = PyObject_CallOneArg(ex->add_t, t);
-        PyObject *r2 = r1 ? PyObject_CallOneArg(ex->add_n, k) : NULL;
-        Py_DECREF(k);
-        Py_XDECREF(r1);
-        if (r2 == NULL) { Py_DECREF(t); goto done; }
-        Py_DECREF(r2);
+        if (added)
+            track_gap(0.0); /* two of this stream's events in one read */
+        else if (ex->last_t > 0)
+            track_gap(now - ex->last_t);
+        if (stage(ex, now, (int)k) < 0)
+            goto done;
+        added = 1;
         ex->last_tokens = ev[i].ct;
     }
-    if (t != NULL)
+    if (added)
         ex->last_t = now;
-    Py_XDECREF(t);
     ex->t_activity = now;
     if (nev > 0)
         ex->events += nev;
     rc = 1;
 done:
+    /* the Python path takes this read: its token events come after the ones staged here */
+    if (rc == 0 && PyObject_TypeCheck(exobj, &ExchangeBaseType) && flush_staged((ExchangeBase *)exobj) < 0)
+        rc = -1;
     Py_DECREF(exobj);
     return rc;
 }

@@ -119,8 +119,10 @@ def trusted_meta(meta: dict[str, Any]) -> dict[str, Any]:
 class TokenStamps(SequenceABC):
     """A request's token events, (perf stamp, tokens added) pairs, kept as two arrays.
 
-    The stream appends to the arrays themselves (_Exchange holds their bound append methods):
-    a chunk then allocates no tuple and leaves nothing for the garbage collector to track, and a
+    The stream appends to the arrays themselves (_Exchange holds their bound append methods; the
+    C reader stages its events and extends the arrays with them when the exchange ends or hands
+    a read to Python): a chunk then allocates no tuple and leaves nothing for the garbage
+    collector to track, and a
     pair costs 12 bytes where a list of tuples held about 90 (a level at C=1,000 keeps every
     request it sent, each with a stamp per chunk, until its statistics are computed). Read as
     a sequence of (stamp, tokens) tuples."""
@@ -549,11 +551,20 @@ class _KernelStamped:
         self._sock.close()
 
 
+class _PyExchangeBase:
+    """_Exchange's base where the C reader is not built: every read is this module's."""
+
+    def _flush_stamps(self) -> None:
+        pass  # nothing is staged
+
+
 # Where it is built, the fields the C reader shares with _Exchange are C fields of this base
-# (o, _add_t, _add_n, _last_buf, _last_lo, _last_hi, last_tokens, events, t_activity, _last_t,
-# between_chunks):
-# the same attributes to this code, read and written there without a lookup.
-_ExchangeBase: type = _fastread.ExchangeBase if _fastread is not None else object
+# (o, _add_t, _add_n, _arr_t, _arr_n, _last_buf, _last_lo, _last_hi, last_tokens, events,
+# t_activity, _last_t, between_chunks): the same attributes to this code, read and written there
+# without a lookup. The C reader stages the token events it reads in the base and appends them
+# to the outcome's arrays at _flush_stamps(): before this code takes a read, and when the
+# exchange ends (_attempt). Until then an outcome's token_events may lack the newest ones.
+_ExchangeBase: type = _fastread.ExchangeBase if _fastread is not None else _PyExchangeBase
 
 
 class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
@@ -573,6 +584,7 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         if not isinstance(ev, TokenStamps):
             ev = outcome.token_events = TokenStamps(ev)
         self._add_t, self._add_n = ev._t.append, ev._n.append
+        self._arr_t, self._arr_n = ev._t, ev._n
         self.error_body = b""
         self.saw_done = False
         self.t_activity = time.perf_counter()
@@ -1073,6 +1085,7 @@ class GenerateClient:
             outcome.events = ex.events  # as _finish and _fail set it when the exchange ends
             raise
         finally:
+            ex._flush_stamps()  # the token events the C reader staged: the outcome whole from here
             self._active.discard(ex)
             conn.exchange = None
         if outcome.t_end is None:
