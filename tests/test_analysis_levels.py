@@ -147,3 +147,55 @@ def test_a_count_level_close_to_its_concurrency_is_short_not_client_bound():
     outs = closed_loop(12)
     r = level_result("a", 0, 12, outs, Window(T0 + 10, T0 + 90), T0, T0 + 100, samples(80, 4, 0))
     assert not r.valid and "client is the bottleneck" in r.invalid_reason and r.note is None
+
+
+def _throughput_by_arrivals(outs, window, scale):
+    """The level's throughput and its batches as level_result computed them before each request
+    added its own (a tuple per token event, then stats.rate_batches): the reference."""
+    from specmon.analysis.levels import MIN_BATCHES, THROUGHPUT_BATCH_S
+    from specmon.analysis.stats import rate_batches
+
+    toks, arrivals = 0, []
+    for o in outs:
+        for stamp, n in o.token_events:
+            t = o.t_sent_wall + (stamp - o.t_sent)
+            if window.t0 <= t < window.t1:
+                toks += n
+                arrivals.append(((t - window.t0) * scale, n))
+    span = window.length * scale
+    return toks / span, rate_batches(arrivals, 0.0, span, THROUGHPUT_BATCH_S, MIN_BATCHES)
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0, 0.37])
+def test_throughput_per_request_in_c_and_python_is_the_arrivals_figure(scale, monkeypatch):
+    # Requests whose stamps are kept as the client keeps them (TokenStamps: the C reader's
+    # arrays, summed in C where it is built) and as plain lists (summed in Python): the same
+    # figures, to the last bit, as the arrivals the level's statistics once collected.
+    import random
+
+    from specmon.analysis.stats import mean_se
+    from specmon.load import client
+    from specmon.load.client import TokenStamps
+
+    rng = random.Random(7)
+    outs = []
+    for i in range(60):
+        sent = rng.uniform(-5.0, 95.0)
+        o = RequestOutcome(request_id=str(i), t_scheduled_wall=T0 + sent, t_scheduled=sent)
+        o.t_sent, o.t_sent_wall = sent + 1e-3 * i, T0 + sent
+        t, ev = o.t_sent + rng.uniform(0.0, 2.0), []
+        for _ in range(rng.randint(1, 120)):
+            ev.append((t, rng.choice((1, 1, 2, 3, 4))))
+            t += rng.uniform(0.0, 0.4)
+        o.token_events = TokenStamps(ev) if i % 2 else ev
+        o.t_end, o.completion_tokens, o.status = t, sum(n for _, n in ev), "ok"
+        outs.append(o)
+    w = Window(T0 + 10.25, T0 + 87.5)
+    want_tok_s, want_batches = _throughput_by_arrivals(outs, w, scale)
+    figures = []
+    for c_reader in (client._fastread, None):
+        monkeypatch.setattr(client, "_fastread", c_reader)
+        r = level_result("a", 0, 8, outs, w, T0, T0 + 100, [], scale=scale)
+        figures.append((r.output_tok_s, r.output_tok_s_batches, r.output_tok_s_se))
+    assert figures[0] == figures[1] == (want_tok_s, len(want_batches), mean_se(want_batches)[1])
+    assert want_tok_s > 0 and len(want_batches) >= 4

@@ -76,6 +76,17 @@ def percentiles(values: Iterable[Optional[float]], qs: Sequence[float]) -> list[
     return [_at(xs, q) for q in qs]
 
 
+def percentiles_of_numbers(xs: list[float], qs: Sequence[float]) -> list[Optional[float]]:
+    """percentiles(xs, qs) for a list of numbers only (no None, no NaN) that the caller owns and
+    lets this sort in place: a level's ~250k ITLs at 1,000 streams, without a cleaned copy."""
+    for q in qs:
+        _check_q(q)
+    if not xs:
+        return [None] * len(qs)
+    xs.sort()
+    return [_at(xs, q) for q in qs]
+
+
 def mean(values: Iterable[Optional[float]]) -> Optional[float]:
     xs = _clean(values)
     return sum(xs) / len(xs) if xs else None
@@ -102,14 +113,19 @@ def spread_gaps(gaps_and_tokens: Iterable[tuple[float, int]]) -> list[float]:
     return out
 
 
+def batch_grid(span: float, batch_s: float, min_batches: int) -> tuple[int, float]:
+    """(number of batches, their width) that rate_batches splits a positive span into."""
+    n = max(int(span // batch_s), min_batches)
+    return n, span / n
+
+
 def rate_batches(events: Iterable[tuple[float, float]], t0: float, t1: float, batch_s: float = 5.0,
                  min_batches: int = 4) -> list[float]:
     """Per-batch rates (amount / batch length) of (time, amount) events over [t0, t1)."""
     span = t1 - t0
     if span <= 0 or batch_s <= 0:
         return []
-    n = max(int(span // batch_s), min_batches)
-    width = span / n
+    n, width = batch_grid(span, batch_s, min_batches)
     sums = [0.0] * n
     for t, amount in events:
         if t0 <= t < t1:

@@ -944,6 +944,60 @@ done:
     return out;
 }
 
+/* RequestOutcome.window_tokens over a request's arrays: the same arithmetic in the same order,
+ * so the same figures (the token counts are whole numbers: their float sums are exact in any
+ * order). A level's statistics made a tuple per token event for this: ~60 ms at 1,000 streams. */
+static PyObject *window_tokens(PyObject *self, PyObject *args) {
+    PyObject *tobj, *nobj, *sobj;
+    double sent, sent_wall, w0, w1, scale, span, width;
+    if (!PyArg_ParseTuple(args, "OOdddddddO", &tobj, &nobj, &sent, &sent_wall, &w0, &w1, &scale, &span,
+                          &width, &sobj))
+        return NULL;
+    Py_buffer tb, nb, sb;
+    if (get_array(tobj, &tb, "d", sizeof(double)) < 0)
+        return NULL;
+    if (get_array(nobj, &nb, "i", sizeof(int)) < 0) {
+        PyBuffer_Release(&tb);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(sobj, &sb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&tb);
+        PyBuffer_Release(&nb);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = tb.len / (Py_ssize_t)sizeof(double), last = sb.len / (Py_ssize_t)sizeof(double) - 1;
+    if (sb.itemsize != sizeof(double) || sb.format == NULL || strcmp(sb.format, "d") != 0 || last < 0) {
+        PyErr_SetString(PyExc_TypeError, "sums: expected a non-empty array('d')");
+        goto done;
+    }
+    if (nb.len / (Py_ssize_t)sizeof(int) != n) {
+        PyErr_SetString(PyExc_ValueError, "expected as many token counts as stamps");
+        goto done;
+    }
+    const double *ts = tb.buf;
+    const int *ks = nb.buf;
+    double *sums = sb.buf;
+    long long toks = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double t = sent_wall + (ts[i] - sent);
+        if (!(w0 <= t && t < w1))
+            continue;
+        toks += ks[i];
+        double x = (t - w0) * scale;
+        if (0.0 <= x && x < span) {
+            Py_ssize_t b = (Py_ssize_t)(x / width);
+            sums[b < last ? b : last] += (double)ks[i];
+        }
+    }
+    out = PyLong_FromLongLong(toks);
+done:
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&nb);
+    PyBuffer_Release(&sb);
+    return out;
+}
+
 /* json.dumps(ids, separators=(",", ":")).encode() for a list of ints, ~20x faster: a
  * prompt's 1,024 input_ids were ~120 us of every request's start. None for anything else (the
  * caller then uses json). */
@@ -1061,6 +1115,8 @@ static PyMethodDef module_methods[] = {
     {"perf_now", mono_now, METH_NOARGS, "The clock the reader stamps with (time.perf_counter's)."},
     {"choices", choices, METH_VARARGS, "random.choices(pool, k) from getrandbits(64 * k) as little-endian bytes."},
     {"itls", itls, METH_VARARGS, "spread_gaps over a request's token stamps array('d') and counts array('i')."},
+    {"window_tokens", window_tokens, METH_VARARGS,
+     "RequestOutcome.window_tokens over its stamps array('d') and counts array('i'), into sums array('d')."},
     {"json_ids", json_ids, METH_O, "json.dumps(ids, separators=(',', ':')).encode() for a list of ints; else None."},
     {NULL, NULL, 0, NULL},
 };

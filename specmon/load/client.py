@@ -263,6 +263,26 @@ class RequestOutcome:
         self._itls = (n, out)
         return out
 
+    def window_tokens(self, w0: float, w1: float, scale: float, span: float, width: float, sums: Any) -> int:
+        """The tokens of this request's events whose wall time is in [w0, w1), returned; each
+        also added to its batch of `sums` (a sequence of floats, of len(sums) batches of `width`
+        arm seconds from w0, over `span` arm seconds; analysis.levels' throughput batches)."""
+        ev = self.token_events
+        if self.t_sent is None or self.t_sent_wall is None:
+            return 0
+        if isinstance(ev, TokenStamps) and _fastread is not None:
+            return _fastread.window_tokens(ev._t, ev._n, self.t_sent, self.t_sent_wall, w0, w1, scale, span,
+                                           width, sums)
+        sent, sent_wall, last, toks = self.t_sent, self.t_sent_wall, len(sums) - 1, 0
+        for stamp, n in ev:
+            t = sent_wall + (stamp - sent)  # self.wall(stamp), without a call per token event
+            if w0 <= t < w1:
+                toks += n
+                x = (t - w0) * scale
+                if 0.0 <= x < span:
+                    sums[min(int(x / width), last)] += n
+        return toks
+
     def record(self, arm: str, level: int, offered: int, scale: float, in_window: bool) -> RequestRecord:
         """The requests.csv row: client durations x scale (simulated seconds when sped up)."""
 
