@@ -39,7 +39,8 @@ PACE_GAP_SHARE = 0.5
 
 
 def pace_pause(gap: Optional[float]) -> float:
-    """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet)."""
+    """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet):
+    the rule the C reader's Pacer applies (_fastread.c, pacer_pause_s)."""
     if gap is None:
         return PACE_PAUSE_S
     return max(PACE_PAUSE_S, min(PACE_PAUSE_MAX_S, gap * PACE_GAP_SHARE))
@@ -54,10 +55,25 @@ class LoadLoop:
         self._lag_due = 0.0
         self.cpu_s = 0.0  # CPU seconds this thread spent, updated by the lag ticker
         self.pacing = False
-        self.pauses = 0  # the pacer's pauses so far: loop passes that read a socket while pacing
-        self.pause_s = 0.0  # the pacer's newest pause ...
-        self.chunk_gap_s: Optional[float] = None  # ... and the chunk gaps' 1st percentile it was a share of
+        # the pacer (only the C reader paces): its pauses and their lengths are its fields
+        fr = native.fastread
+        self._pacer = fr.Pacer(self.loop, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE) if fr is not None else None
         self._thread.start()
+
+    @property
+    def pauses(self) -> int:
+        """The pacer's pauses so far: loop passes that read a socket while pacing."""
+        return self._pacer.pauses if self._pacer is not None else 0
+
+    @property
+    def pause_s(self) -> float:
+        """The pacer's newest pause ..."""
+        return self._pacer.pause_s if self._pacer is not None else 0.0
+
+    @property
+    def chunk_gap_s(self) -> Optional[float]:
+        """... and the chunk gaps' 1st percentile it was a share of (None: none seen yet)."""
+        return self._pacer.chunk_gap_s if self._pacer is not None else None
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -88,7 +104,7 @@ class LoadLoop:
         from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
         it on only for levels of many streams, where the wake-ups cost; only the C reader
         (load/_fastread.c) paces, so without it this does nothing."""
-        if native.fastread is not None:
+        if self._pacer is not None:
             self.loop.call_soon_threadsafe(self._set_pace, on)
 
     def _set_pace(self, on: bool) -> None:  # on the load thread: the reader's pacer is per thread
@@ -96,19 +112,9 @@ class LoadLoop:
         self.pacing = on
         if on:
             fr.reset_chunk_gap()  # a new level: its own streams' gaps
-            self.chunk_gap_s = None
-        fr.set_pacer(self._pause_after_pass if on else None)
-
-    def _pause_after_pass(self) -> None:
-        # called by the C reader at a pass's first read: the pause runs after the pass's reads
-        self.loop.call_soon(self._pause)
-
-    def _pause(self) -> None:
-        self.pauses += 1
-        self.chunk_gap_s = gap = native.fastread.chunk_gap()
-        self.pause_s = pause = pace_pause(gap)
-        time.sleep(pause)  # the GIL is released: the session's thread runs meanwhile
-        native.fastread.paused()
+        # At a pass's first read the C reader has the loop call the pacer's pause after the pass
+        # (pace_pause's length, the GIL released: the session's thread runs meanwhile).
+        fr.set_pacer(self._pacer if on else None)
 
     # ---- lag ----------------------------------------------------------------------------------
     def start_lag_probe(self) -> None:
