@@ -67,13 +67,7 @@ def percentile_of_numbers(xs: Sequence[float], q: float) -> Optional[float]:
 
 def percentiles(values: Iterable[Optional[float]], qs: Sequence[float]) -> list[Optional[float]]:
     """percentile(values, q) for each q of qs, the values cleaned and sorted once."""
-    for q in qs:
-        _check_q(q)
-    xs = _clean(values)
-    if not xs:
-        return [None] * len(qs)
-    xs.sort()
-    return [_at(xs, q) for q in qs]
+    return percentiles_of_numbers(_clean(values), qs)
 
 
 def percentiles_of_numbers(xs: list[float], qs: Sequence[float]) -> list[Optional[float]]:

@@ -108,9 +108,7 @@ static inline double mono_real(double *real) {
 typedef struct {
     PyObject_HEAD
     PyObject *o;          /* the RequestOutcome: its .events counts the events read */
-    PyObject *add_t;      /* _add_t, _add_n: the token stamps' array appends (the Python path's) */
-    PyObject *add_n;
-    PyObject *arr_t;      /* _arr_t, _arr_n: those arrays, which flush_staged() extends */
+    PyObject *arr_t;      /* _arr_t, _arr_n: the token stamps' arrays, which flush_staged() extends */
     PyObject *arr_n;
     double *staged_t;     /* the token events this path read since the last flush_staged() */
     int *staged_n;
@@ -128,8 +126,6 @@ typedef struct {
 
 static int ExchangeBase_traverse(ExchangeBase *self, visitproc visit, void *arg) {
     Py_VISIT(self->o);
-    Py_VISIT(self->add_t);
-    Py_VISIT(self->add_n);
     Py_VISIT(self->arr_t);
     Py_VISIT(self->arr_n);
     Py_VISIT(self->last_buf);
@@ -138,8 +134,6 @@ static int ExchangeBase_traverse(ExchangeBase *self, visitproc visit, void *arg)
 
 static int ExchangeBase_clear(ExchangeBase *self) {
     Py_CLEAR(self->o);
-    Py_CLEAR(self->add_t);
-    Py_CLEAR(self->add_n);
     Py_CLEAR(self->arr_t);
     Py_CLEAR(self->arr_n);
     Py_CLEAR(self->last_buf);
@@ -157,8 +151,6 @@ static void ExchangeBase_dealloc(ExchangeBase *self) {
 
 static PyMemberDef ExchangeBase_members[] = {
     {"o", T_OBJECT, offsetof(ExchangeBase, o), 0, "the request's RequestOutcome"},
-    {"_add_t", T_OBJECT, offsetof(ExchangeBase, add_t), 0, "appends a token event's stamp"},
-    {"_add_n", T_OBJECT, offsetof(ExchangeBase, add_n), 0, "appends a token event's token count"},
     {"_arr_t", T_OBJECT, offsetof(ExchangeBase, arr_t), 0, "the token stamps' array('d')"},
     {"_arr_n", T_OBJECT, offsetof(ExchangeBase, arr_n), 0, "the token counts' array('i')"},
     {"_last_buf", T_OBJECT, offsetof(ExchangeBase, last_buf), 0, "the buffer holding the last event"},

@@ -579,8 +579,8 @@ class _PyExchangeBase:
 
 
 # Where it is built, the fields the C reader shares with _Exchange are C fields of this base
-# (o, _add_t, _add_n, _arr_t, _arr_n, _last_buf, _last_lo, _last_hi, last_tokens, events,
-# t_activity, _last_t, between_chunks): the same attributes to this code, read and written there
+# (o, _arr_t, _arr_n, _last_buf, _last_lo, _last_hi, last_tokens, events, t_activity, _last_t,
+# between_chunks): the same attributes to this code, read and written there
 # without a lookup. The C reader stages the token events it reads in the base and appends them
 # to the outcome's arrays at _flush_stamps(): before this code takes a read, and when the
 # exchange ends (_attempt). Until then an outcome's token_events may lack the newest ones.
