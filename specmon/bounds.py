@@ -1,8 +1,7 @@
 """The bounds every number of a plan or a flag is held to, and the checks that hold them.
 
-Plain functions without pydantic (the model in plan.py pulls it in: ~0.15-0.25 s of imports), so
-the command line can use them as argparse types, and `specmon attach` starts without the ramp
-plan's model. Each raises ValueError with the words after "FLAG: " or "file: key: ".
+Plain functions, so the command line can use them as argparse types and the plan (plan.py) as
+its checks. Each raises ValueError with the words after "FLAG: " or "file: key: ".
 """
 
 import math

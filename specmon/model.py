@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     # The ramp plan (validated where it is built: see plan.py) is reached through this module for
     # `from specmon.model import RampPlan` and the events that carry one, but imported only when
-    # asked for: its pydantic model costs ~0.2 s at start-up, and attach never builds a plan.
+    # asked for: attach never builds a plan.
     if name == "RampPlan":
         from specmon.plan import RampPlan
         return RampPlan

@@ -11,16 +11,18 @@ The checks are plain functions in bounds.py (`check_levels`, `check_tokens`, `ch
 the plan (`--interval`, `--duration`, `--speed`, `--isl`), so those follow the same rules with
 the same words.
 
-It is a pydantic dataclass (not a BaseModel): still a dataclass to `dataclasses.asdict`,
-`dataclasses.fields` and `dataclasses.replace` (which validates again), as session/ reads it.
-Assignments are validated too.
+It is a plain dataclass validated by hand (`__post_init__`, and again on each assignment):
+pydantic cost ~0.1 s of CPU at every start-up, a twentieth of a whole 1,000-stream ramp's. Values
+are read the way a layout writes them (lax, as pydantic's lax mode did): an integral float is an
+integer (`1.0e+11`), a digit string a number, `yes`/`no` a boolean; a boolean is never a number.
+A bad value raises PlanError: its `loc` (`("levels", 1)`) and its words (`expected an integer,
+got 'x'`); build_plan turns it into a UsageError naming the flag or the layout key.
 """
 
+import dataclasses
+import math
 from collections.abc import Callable
-from typing import Any, Optional
-
-from pydantic import ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic.dataclasses import dataclass
+from typing import Any, Optional, Union, get_args, get_origin
 
 from specmon.errors import UsageError
 
@@ -33,11 +35,25 @@ from specmon.bounds import (  # noqa: F401  (re-exported: the plan's bounds and 
 )
 
 
+class PlanError(ValueError):
+    """One bad value of a plan: where (`("levels", 1)`; `()` for the plan as a whole) and what
+    was expected (`expected an integer, got 'x'`)."""
+
+    def __init__(self, loc: tuple, text: str):
+        super().__init__(f"{where(loc)}: {text}" if loc else text)
+        self.loc, self.text = loc, text
+
+
+def where(loc: tuple) -> str:
+    """`("levels", 1)` -> `levels[1]`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + str(p) for i, p in enumerate(loc))
+
+
 # --------------------------------------------------------------------------------------------
 # The plan
 
-# Each bounded field's check, after pydantic has its type (None, where the field allows it, is
-# left alone: unset). Numbers refuse booleans before that (pydantic would read true as 1).
+# Each bounded field's check, after the value has its type (None, where the field allows it, is
+# left alone: unset). Numbers refuse booleans before that (lax reading would take true as 1).
 BOUNDS: dict[str, Callable[[Any], Any]] = {
     "input_len": check_tokens, "output_len": check_tokens, "shared_prefix_len": check_tokens,
     "prefix_groups": lambda v: check_count(v, MAX_PREFIX_GROUPS),
@@ -52,11 +68,11 @@ BOUNDS: dict[str, Callable[[Any], Any]] = {
     "attainment": check_share,
     "max_level": lambda v: check_positive(v, most=max(MAX_LEVEL, MAX_RATE)),
     "seed": check_seed,
+    "requests_per_level": check_count,
 }
-NUMBER_FIELDS = (*BOUNDS, "requests_per_level")
 
 
-@dataclass(config=ConfigDict(extra="forbid", validate_assignment=True))
+@dataclasses.dataclass
 class RampPlan:
     """What a ramp does: offered concurrency levels (or request rates, or an SLO search), request
     shape, level length, SLOs."""
@@ -104,138 +120,75 @@ class RampPlan:
     attainment: float = DEFAULT_ATTAINMENT
     max_level: Optional[float] = None
 
-    @field_validator("levels", mode="before")
-    @classmethod
-    def _levels(cls, v: Any) -> Any:
-        if isinstance(v, (list, tuple)):
-            if len(v) > MAX_LEVEL_COUNT:  # before coercing a huge list item by item
-                raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(v):,}")
-            if any(isinstance(c, bool) for c in v):
-                raise ValueError(f"expected a non-empty list of positive concurrency levels, got {_short(v)}")
-        return v  # other type errors (a string, 1.5) come from pydantic, with the item's index
+    def __post_init__(self) -> None:
+        for name, value in _validated(self.__dict__).items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_valid", True)
 
-    @field_validator("levels")
-    @classmethod
-    def _levels_after(cls, v: Optional[list[int]]) -> Optional[list[int]]:
-        return None if v is None else check_levels(v)
-
-    @field_validator("rates", mode="before")
-    @classmethod
-    def _rates(cls, v: Any) -> Any:
-        if v is not None:
-            if isinstance(v, (list, tuple)) and len(v) > MAX_LEVEL_COUNT:
-                raise ValueError(f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(v):,}")
-            return check_rates(v)
-        return v
-
-    @field_validator("arrival")
-    @classmethod
-    def _arrival(cls, v: str) -> str:
-        return check_arrival(v)
-
-    @field_validator(*NUMBER_FIELDS, mode="before")
-    @classmethod
-    def _numbers(cls, v: Any) -> Any:
-        return _no_bool(v)
-
-    @field_validator(*BOUNDS)
-    @classmethod
-    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
-        return None if v is None else BOUNDS[info.field_name](v)
-
-    @field_validator("requests_per_level")
-    @classmethod
-    def _requests(cls, v: Optional[int], info: ValidationInfo) -> Optional[int]:
-        if v is None:
-            return None
-        check_count(v)
-        if info.data.get("level_duration_s") is not None:
-            raise ValueError("expected level_duration_s or requests_per_level, not both")
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        return check_seed(v)
-
-    @field_validator("dataset", "tokenizer")
-    @classmethod
-    def _path(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and (not v.strip() or "\x00" in v):
-            raise ValueError(f"expected a file or folder path, got {v!r}")
-        return v
-
-    @field_validator("category")
-    @classmethod
-    def _category(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
-        check_category(v)
-        if v is not None and "dataset" in info.data and info.data["dataset"] is None:
-            raise ValueError("needs a dataset to keep the category from (a SPEED-Bench JSONL)")
-        return v
-
-    @model_validator(mode="after")
-    def _default_length(self) -> "RampPlan":
-        if self.level_duration_s is not None and self.requests_per_level is not None:  # an assignment
-            raise ValueError("expected level_duration_s or requests_per_level, not both")
-        if self.level_duration_s is None and self.requests_per_level is None:
-            # object.__setattr__: a plain assignment would validate the whole plan again, in a loop
-            object.__setattr__(self, "level_duration_s", DEFAULT_LEVEL_DURATION_S)
-        self._check_steps()
-        self._check_workload()
-        return self
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An assignment is validated with the whole plan (a rule may join two fields)."""
+        if not self.__dict__.get("_valid"):  # __init__ setting the fields, checked after
+            object.__setattr__(self, name, value)
+            return
+        if name not in _FIELDS:
+            raise PlanError((name,), "unknown key")
+        values = {f: self.__dict__[f] for f in _FIELDS}
+        values[name] = value
+        for k, v in _validated(values).items():
+            object.__setattr__(self, k, v)
 
     def _check_steps(self) -> None:
         if self.levels is not None and self.rates is not None:
-            raise ValueError(_at("rates", "expected levels (closed loop) or rates (open loop), not both"))
+            raise _at("rates", "expected levels (closed loop) or rates (open loop), not both")
         if not self.search and self.levels is None and self.rates is None:
-            raise ValueError(_at("levels", "required key is missing (or rates, or search)"))
+            raise _at("levels", "required key is missing (or rates, or search)")
         open_only = [(name, bad) for name, bad in (("max_concurrency", self.max_concurrency is not None),
                                                    ("arrival", self.arrival != "poisson"),
                                                    ("burstiness", self.burstiness != 1.0)) if bad]
         if self.rates is None and open_only:
-            raise ValueError(_at(open_only[0][0], "only with rates (open-loop levels)"))
+            raise _at(open_only[0][0], "only with rates (open-loop levels)")
         if self.burstiness != 1.0 and self.arrival != "gamma":
-            raise ValueError(_at("burstiness", "only with arrival gamma (its shape; poisson is gamma with 1)"))
+            raise _at("burstiness", "only with arrival gamma (its shape; poisson is gamma with 1)")
         if self.search:
             if self.slo_ttft_s is None and self.slo_tpot_s is None:
-                raise ValueError(_at("search", "needs an SLO to search for (slo_ttft_s and/or slo_tpot_s)"))
+                raise _at("search", "needs an SLO to search for (slo_ttft_s and/or slo_tpot_s)")
             start = self.search_start
             if self.max_level is not None:
                 if self.rates is None and not float(self.max_level).is_integer():
-                    raise ValueError(_at("max_level", f"expected a whole concurrency, got {self.max_level:g}"))
+                    raise _at("max_level", f"expected a whole concurrency, got {self.max_level:g}")
                 if self.max_level < start:
-                    raise ValueError(_at("max_level", f"expected at least the search's start {start:g}, "
-                                                      f"got {self.max_level:g}"))
+                    raise _at("max_level", f"expected at least the search's start {start:g}, "
+                                                      f"got {self.max_level:g}")
                 if self.rates is None and self.max_level > MAX_LEVEL:
-                    raise ValueError(_at("max_level", f"expected at most {MAX_LEVEL:,} streams per arm, "
-                                                      f"got {self.max_level:g}"))
+                    raise _at("max_level", f"expected at most {MAX_LEVEL:,} streams per arm, "
+                                                      f"got {self.max_level:g}")
         elif self.max_level is not None:
-            raise ValueError(_at("max_level", "only with search"))
+            raise _at("max_level", "only with search")
 
     def _check_workload(self) -> None:
         if self.shared_prefix_len is not None:
             if self.dataset is not None or self.tokenizer is not None:
-                raise ValueError(_at("shared_prefix_len", "shared prefixes are built as input_ids (not with "
-                                                          "dataset or tokenizer)"))
+                raise _at("shared_prefix_len", "shared prefixes are built as input_ids (not with "
+                                                          "dataset or tokenizer)")
             if self.shared_prefix_len >= self.input_len:
-                raise ValueError(_at("shared_prefix_len", f"expected fewer tokens than input_len "
-                                                          f"{self.input_len}, got {self.shared_prefix_len}"))
+                raise _at("shared_prefix_len", f"expected fewer tokens than input_len "
+                                                          f"{self.input_len}, got {self.shared_prefix_len}")
         else:
             if self.prefix_groups != 1:
-                raise ValueError(_at("prefix_groups", "only with shared_prefix_len"))
+                raise _at("prefix_groups", "only with shared_prefix_len")
             if self.zipf is not None:
-                raise ValueError(_at("zipf", "only with shared_prefix_len"))
+                raise _at("zipf", "only with shared_prefix_len")
         if self.turns > 1:
             if self.rates is not None:
-                raise ValueError(_at("turns", "multi-turn conversations run in closed-loop levels; "
-                                              "with rates each arrival is one request"))
+                raise _at("turns", "multi-turn conversations run in closed-loop levels; "
+                                              "with rates each arrival is one request")
             own = self.input_len - (self.shared_prefix_len or 0)
             longest = self.input_len + (self.turns - 1) * (self.output_len + own)
             if self.dataset is None and longest > MAX_TOKENS:
-                raise ValueError(_at("turns", f"turn {self.turns} would send {longest:,} prompt tokens, more than "
-                                              f"{MAX_TOKENS:,}"))
+                raise _at("turns", f"turn {self.turns} would send {longest:,} prompt tokens, more than "
+                                              f"{MAX_TOKENS:,}")
         elif self.think_time_s:
-            raise ValueError(_at("think_time_s", "only with turns > 1 (the wait between two turns)"))
+            raise _at("think_time_s", "only with turns > 1 (the wait between two turns)")
 
     # ---- what the plan says, derived ------------------------------------------------------------
     @property
@@ -265,15 +218,149 @@ class RampPlan:
         return float(min(DEFAULT_SEARCH_MAX_LEVEL, MAX_LEVEL))
 
 
-def _at(field: str, message: str) -> str:
-    """A whole-plan rule's message, `field: message` (build_plan puts it at that field)."""
-    return f"{field}: {message}"
+
+def _at(field: str, message: str) -> PlanError:
+    """A whole-plan rule's error, at the field it names."""
+    return PlanError((field,), message)
 
 
-def _no_bool(v: Any) -> Any:
-    if isinstance(v, bool):  # pydantic reads true as 1: never what a `input_len: yes` meant
-        raise ValueError(f"expected a number, got {v!r}")
-    return v
+# --------------------------------------------------------------------------------------------
+# Reading each value (lax, as a layout writes it), then the bounds, then the rules of the whole
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RampPlan))
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+
+
+def _kind(tp: Any) -> tuple[Any, bool]:
+    """A field's type as (what its value is read as, whether None is allowed)."""
+    if get_origin(tp) is Union:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return _kind(args[0])[0], True
+    return tp, False
+
+
+_KINDS = {f.name: _kind(f.type) for f in dataclasses.fields(RampPlan)}
+
+
+def _integer(v: Any, loc: tuple) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise PlanError(loc, f"expected a finite number, got {_short(v)}")
+        if v.is_integer():
+            return int(v)
+    elif isinstance(v, str):
+        try:
+            return int(v)  # "7", " 7 ", "1_000"
+        except ValueError:
+            pass
+    raise PlanError(loc, f"expected an integer, got {_short(v)}")
+
+
+def _number(v: Any, loc: tuple) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    raise PlanError(loc, f"expected a number, got {_short(v)}")
+
+
+def _boolean(v: Any, loc: tuple) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+        return v.strip().lower() in _TRUE
+    raise PlanError(loc, f"expected true or false, got {_short(v)}")
+
+
+def _read(name: str, v: Any) -> Any:
+    """One field's value as its type, or a PlanError at it."""
+    tp, optional = _KINDS[name]
+    loc = (name,)
+    if isinstance(v, (bytes, bytearray)):  # YAML's !!binary: read as its text, as pydantic did
+        try:
+            v = v.decode()
+        except UnicodeDecodeError:
+            pass
+    if v is None:
+        if optional:
+            return None
+        raise PlanError(loc, {int: "expected an integer", float: "expected a number", bool: "expected true or false",
+                              str: "expected a string"}.get(tp, "expected a value") + ", got None")
+    if name in BOUNDS and isinstance(v, bool):  # a layout's `input_len: yes` is never a number
+        raise PlanError(loc, f"expected a number, got {v!r}")
+    if tp is int:
+        return _integer(v, loc)
+    if tp is float:
+        return _number(v, loc)
+    if tp is bool:
+        return _boolean(v, loc)
+    if tp is str:
+        if isinstance(v, str):
+            return v
+        raise PlanError(loc, f"expected a string, got {_short(v)}")
+    if name == "rates":  # bounds.check_rates reads the list itself
+        if isinstance(v, (list, tuple)) and len(v) > MAX_LEVEL_COUNT:
+            raise PlanError(loc, f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(v):,}")
+        return _bounded(name, v)
+    # levels: list[int]
+    if not isinstance(v, (list, tuple)):
+        raise PlanError(loc, f"expected a list, got {_short(v)}")
+    if len(v) > MAX_LEVEL_COUNT:  # before reading a huge list item by item
+        raise PlanError(loc, f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(v):,}")
+    if any(isinstance(c, bool) for c in v):
+        raise PlanError(loc, f"expected a non-empty list of positive concurrency levels, got {_short(v)}")
+    return [_integer(c, (name, i)) for i, c in enumerate(v)]
+
+
+def _bounded(name: str, v: Any) -> Any:
+    try:
+        if name == "levels":
+            return check_levels(v)
+        if name == "rates":
+            return check_rates(v)
+        if name == "arrival":
+            return check_arrival(v)
+        if name == "category":
+            return check_category(v)
+        if name in ("dataset", "tokenizer"):
+            if not v.strip() or "\x00" in v:
+                raise ValueError(f"expected a file or folder path, got {v!r}")
+            return v
+        check = BOUNDS.get(name)
+        return v if check is None else check(v)
+    except PlanError:
+        raise
+    except ValueError as e:
+        raise PlanError((name,), str(e)) from None
+
+
+def _validated(values: dict[str, Any]) -> dict[str, Any]:
+    """Every field read and bounded, in order (the first bad one raises), then the rules that
+    join fields; the values to keep. `values` holds every field (a dataclass's __init__ fills
+    the defaults in)."""
+    out: dict[str, Any] = {}
+    for name in _FIELDS:
+        v = _read(name, values[name])
+        out[name] = v if v is None else _bounded(name, v)
+        if name == "requests_per_level" and v is not None and out.get("level_duration_s") is not None:
+            raise PlanError((name,), "expected level_duration_s or requests_per_level, not both")
+        if name == "category" and v is not None and out["dataset"] is None:
+            raise PlanError((name,), "needs a dataset to keep the category from (a SPEED-Bench JSONL)")
+    if out["level_duration_s"] is None and out["requests_per_level"] is None:
+        out["level_duration_s"] = DEFAULT_LEVEL_DURATION_S
+    probe = object.__new__(RampPlan)  # the rules read the values as a plan's attributes
+    probe.__dict__.update(out)
+    probe._check_steps()
+    probe._check_workload()
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,58 +388,24 @@ def flag_label(loc: tuple) -> str:
 def build_plan(values: dict[str, Any], label: Callable[[tuple], str] = flag_label) -> RampPlan:
     """A RampPlan from `values`; a bad value is a UsageError `LABEL: expected ..., got ...`."""
     try:
-        return RampPlan(**values)
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        loc, text = place_error(tuple(err.get("loc", ())), error_text(err))
-        raise UsageError(f"{label(loc)}: {text}") from None
+        return plan_from(values)
+    except PlanError as e:
+        raise UsageError(f"{label(e.loc)}: {e.text}") from None
 
 
-def place_error(loc: tuple, text: str) -> tuple[tuple, str]:
-    """A whole-plan rule's error (`field: message`, at the plan itself) moved to its field."""
-    field, sep, rest = text.partition(": ")
-    fields = RampPlan.__dataclass_fields__
-    if sep and field in fields and not (loc and loc[-1] in fields):
-        return loc + (field,), rest
-    return loc, text
+def plan_from(values: Any) -> RampPlan:
+    """A RampPlan from a mapping (a layout's `ramp:`, the flags' values); PlanError otherwise,
+    an unknown key named with the keys there are."""
+    if not isinstance(values, dict):
+        raise PlanError((), f"expected a mapping, got {_short(values)}")
+    unknown = next((k for k in values if k not in _FIELDS), None)
+    if unknown is not None:
+        raise PlanError((str(unknown),), f"unknown key (expected one of: {', '.join(_FIELDS)})")
+    return RampPlan(**values)
 
 
 def replace_plan(plan: RampPlan, label: Callable[[tuple], str] = flag_label, **changes: Any) -> RampPlan:
     """A new plan: `plan` with `changes`, validated as a whole again."""
-    values = {name: getattr(plan, name) for name in plan.__dataclass_fields__}
+    values = {name: getattr(plan, name) for name in _FIELDS}
     values.update(changes)
     return build_plan(values, label)
-
-
-# pydantic error kinds -> the words a user reads (layout files use the same table)
-EXPECTED = {
-    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
-    "float_parsing": "expected a number", "float_type": "expected a number",
-    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
-    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
-    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
-    "dataclass_type": "expected a mapping", "dataclass_args_type": "expected a mapping",
-    "missing": "required key is missing", "missing_argument": "required key is missing",
-    "finite_number": "expected a finite number",
-}
-
-
-def error_text(err: dict) -> str:
-    """One pydantic error as `expected ..., got ...` (no location)."""
-    kind, value = err.get("type", ""), err.get("input")
-    if kind == "value_error":
-        return str(err.get("msg", "")).removeprefix("Value error, ")
-    if kind in ("missing", "missing_argument"):
-        return EXPECTED[kind]
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return "unknown key"
-    expected = EXPECTED.get(kind)
-    if expected is None:
-        ctx = err.get("ctx") or {}
-        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
-                  "less_than_equal": "<= {le}"}
-        if kind in bounds:
-            expected = "expected a value " + bounds[kind].format(**ctx)
-        else:
-            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
-    return f"{expected}, got {_short(value)}"

@@ -40,3 +40,17 @@ def test_import_linter_contract_holds():
     assert p.returncode == 0, p.stdout + p.stderr
     # the Textual contract, the layers, the standalone simulator, independent commands
     assert "4 kept, 0 broken" in p.stdout
+
+
+def test_a_ramp_from_the_command_line_leaves_pydantic_out():
+    # The plan validates itself (plan.py): pydantic's import was ~0.1 s of CPU at every start,
+    # a twentieth of a whole 1,000-stream ramp's. Only layout files (servers/layout.py) use it.
+    code = ("import sys\n"
+            "from specmon.cli import build_parser\n"
+            "from specmon.commands.ramp import plan_from_args\n"
+            "import specmon.headless, specmon.session.live, specmon.session.ramp, specmon.wiring\n"
+            "plan = plan_from_args(build_parser().parse_args(['ramp', 'http://127.0.0.1:1', '--levels', '2,4']))\n"
+            "assert plan.levels == [2, 4], plan\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

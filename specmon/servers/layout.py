@@ -70,11 +70,13 @@ from typing import Any, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from specmon.errors import UsageError
 from specmon.model import ArmSpec
 from specmon.panes import PANES
-from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, RampPlan, error_text, place_error
+from specmon.bounds import _short
+from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, PlanError, RampPlan, plan_from
 from specmon.urls import normalize_url
 
 SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
@@ -288,6 +290,17 @@ class Layout(_Strict):
     gateway: Optional[GatewayLayout] = None
     # Where the file was read from (set by load_layout; relative dataset paths resolve against it).
     source: Optional[str] = Field(default=None, exclude=True)
+
+    @field_validator("ramp", mode="plain")
+    @classmethod
+    def _ramp(cls, ramp: Any) -> Optional[RampPlan]:
+        # The plan validates itself (plan.py); its error keeps where in `ramp:` it is.
+        if ramp is None or isinstance(ramp, RampPlan):
+            return ramp
+        try:
+            return plan_from(ramp)
+        except PlanError as e:
+            raise PydanticCustomError("ramp_plan", "{text}", {"loc": e.loc, "text": e.text}) from None
 
     @field_validator("command")
     @classmethod
@@ -560,6 +573,40 @@ def _where(loc: tuple) -> str:
     return out or "(top level)"
 
 
+# pydantic error kinds -> the words a user reads
+EXPECTED = {
+    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
+    "float_parsing": "expected a number", "float_type": "expected a number",
+    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
+    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
+    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
+    "dataclass_type": "expected a mapping", "dataclass_args_type": "expected a mapping",
+    "missing": "required key is missing", "missing_argument": "required key is missing",
+    "finite_number": "expected a finite number",
+}
+
+
+def error_text(err: dict) -> str:
+    """One pydantic error as `expected ..., got ...` (no location)."""
+    kind, value = err.get("type", ""), err.get("input")
+    if kind == "value_error":
+        return str(err.get("msg", "")).removeprefix("Value error, ")
+    if kind in ("missing", "missing_argument"):
+        return EXPECTED[kind]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        return "unknown key"
+    expected = EXPECTED.get(kind)
+    if expected is None:
+        ctx = err.get("ctx") or {}
+        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
+                  "less_than_equal": "<= {le}"}
+        if kind in bounds:
+            expected = "expected a value " + bounds[kind].format(**ctx)
+        else:
+            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
+    return f"{expected}, got {_short(value)}"
+
+
 def _first_error(e: ValidationError) -> str:
     err = e.errors(include_url=False)[0]
     loc, kind = tuple(err.get("loc", ())), err.get("type", "")
@@ -568,9 +615,9 @@ def _first_error(e: ValidationError) -> str:
         allowed = _allowed_keys(loc[:-1])
         hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
         return f"{where}: unknown key{hint}"
-    if loc and loc[0] == "ramp":  # a rule of the whole plan names its key
-        loc, text = place_error(loc, error_text(err))
-        return f"{_where(loc)}: {text}"
+    if kind == "ramp_plan":  # the plan's own error, at its place in `ramp:`
+        ctx = err["ctx"]
+        return f"{_where(loc + tuple(ctx['loc']))}: {ctx['text']}"
     return f"{where}: {error_text(err)}"
 
 
