@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from specmon.errors import UsageError
@@ -301,6 +301,10 @@ class Layout(_Strict):
             return plan_from(ramp)
         except PlanError as e:
             raise PydanticCustomError("ramp_plan", "{text}", {"loc": e.loc, "text": e.text}) from None
+
+    @field_serializer("ramp")
+    def _ramp_out(self, ramp: Optional[RampPlan]) -> Optional[dict[str, Any]]:
+        return None if ramp is None else dataclasses.asdict(ramp)
 
     @field_validator("command")
     @classmethod
