@@ -395,3 +395,25 @@ def test_the_client_streams_without_its_c_module():
         assert o["status"] == "ok", o["error"]
         assert o["tokens"] == 24 and sum(o["events"]) == 24 and o["rid"]
         assert o["itls"] == 24 - o["events"][0]
+
+
+def test_connections_opened_at_once_look_the_host_up_once():
+    # prepare opens C connections together; each used to ask the resolver (C lookups in the
+    # loop's thread pool at C=1000). "localhost" needs a real lookup.
+    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
+        async def main():
+            loop = asyncio.get_running_loop()
+            lookups = []
+            real = loop.getaddrinfo
+
+            async def counted(*a, **k):  # the event loop's resolver, counted (not our code)
+                lookups.append(a[0])
+                return await real(*a, **k)
+
+            loop.getaddrinfo = counted
+            c = GenerateClient(sim.url.replace("127.0.0.1", "localhost"), max_concurrency=24)
+            ready = await c.prepare(24)
+            await c.aclose()
+            return ready, lookups
+        ready, lookups = asyncio.run(main())
+    assert ready == 24 and lookups == ["localhost"]

@@ -911,6 +911,7 @@ class GenerateClient:
         # TLS and other systems are stamped when the client reads them.
         self.kernel_stamps = (KERNEL_STAMPS if kernel_stamps is None else kernel_stamps) and not self._tls
         self._addrs: Optional[list[tuple[int, Any]]] = None
+        self._resolving: Optional[asyncio.Future] = None  # the one lookup of the host's addresses
         self._port = u.port or (443 if self._tls else 80)
         self._target = (u.path.rstrip("/") + "/generate").encode()
         host_header = u.netloc.rsplit("@", 1)[-1]
@@ -986,7 +987,13 @@ class GenerateClient:
         """A plain-TCP connection read through _KernelStamped: each address of the host in
         turn, as create_connection tries them."""
         if self._addrs is None:
-            infos = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
+            # One lookup for every connection: prepare opens C of them at once, and each asking
+            # the resolver itself was C lookups in the loop's thread pool.
+            res = self._resolving
+            if res is None or res.get_loop() is not loop or (res.done() and (res.cancelled() or res.exception())):
+                res = self._resolving = asyncio.ensure_future(
+                    loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM))
+            infos = await asyncio.shield(res)
             self._addrs = [(fam, addr) for fam, _, _, _, addr in infos]
         err: Optional[OSError] = None
         for fam, addr in self._addrs:
