@@ -3,7 +3,7 @@
 The UI (Textual) and the scrapers share the main loop; if a repaint takes 50 ms there, a
 stream's chunks would be stamped 50 ms late. Running every HTTP stream on a separate loop in a
 separate thread keeps the stamps honest (the GIL is released while sockets wait). The loop also
-measures its own lag: a ticker that asks to wake every 100 ms and records how late it woke.
+measures its own lag: a ticker that asks to wake every 250 ms and records how late it woke.
 
 The loop is uvloop's where it is installed (a dependency, except on Windows): its socket-to-
 protocol path is C, where asyncio's selector loop runs a few Python calls per read; at 1,000
@@ -25,10 +25,12 @@ try:
 except ImportError:  # Windows, or an install without it: asyncio's own loop
     uvloop = None
 
-# Each tick is a wake-up of the load thread: on the 2-core CI box an idle loop spent 3.0-3.7 ms
-# of CPU a second at 20 ticks a second, 1.7 at 10; 10 a second still give a level of 10 s a
-# hundred samples for its lag p99.
-LAG_TICK_S = 0.1
+# Each tick is a wake-up of the load thread, and a wake-up is what costs on the 2-core box: a
+# thread's own CPU per wake-up (its schedstat) read 36 us after a 1 ms sleep and 90-180 us after
+# 100 ms, whatever ran. At 10 ticks a second the ~750 ticks of a 1,000-stream level were ~0.1 s
+# of a ~2.3 s run; at 4 a second a 10 s level still has 40 samples for its lag p99, the default
+# 60 s level 240 (its p50 and p99 read the same at 2 and 10 a second).
+LAG_TICK_S = 0.25
 # The pacer's pause (see LoadLoop.pace): half the gaps' 1st percentile between two chunks of one
 # stream in the level so far (the kernel's stamps, a decode step apart; tracked by the C reader,
 # _fastread.chunk_gap), within these bounds, so a pause holds two chunks of a stream in one read
