@@ -176,3 +176,21 @@ def test_the_pacer_pauses_its_shortest_before_any_gap_and_is_set_only_to_a_pacer
             fr.Pacer(loop, 0.0, 0.004, 0.5)
     finally:
         loop.close()
+
+
+def test_the_load_threads_cpu_is_read_at_once_from_another_thread():
+    # A level's client CPU is load.cpu_s at its end minus at its start: read from the thread's
+    # own clock, not the lag ticker's last reading (none here: the probe is not started).
+    lp = LoadLoop()
+    try:
+        before = lp.cpu_s
+
+        async def busy() -> None:
+            t = time.thread_time()
+            while time.thread_time() - t < 0.05:
+                pass
+
+        lp.call(busy(), timeout=10)
+        assert lp.cpu_s - before >= 0.045
+    finally:
+        lp.stop()
