@@ -306,10 +306,10 @@ def _read(name: str, v: Any) -> Any:
         if isinstance(v, str):
             return v
         raise PlanError(loc, f"expected a string, got {_short(v)}")
-    if name == "rates":  # bounds.check_rates reads the list itself
+    if name == "rates":  # bounds.check_rates reads the list itself (in _bounded)
         if isinstance(v, (list, tuple)) and len(v) > MAX_LEVEL_COUNT:
             raise PlanError(loc, f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(v):,}")
-        return _bounded(name, v)
+        return v
     # levels: list[int]
     if not isinstance(v, (list, tuple)):
         raise PlanError(loc, f"expected a list, got {_short(v)}")
@@ -336,8 +336,6 @@ def _bounded(name: str, v: Any) -> Any:
             return v
         check = BOUNDS.get(name)
         return v if check is None else check(v)
-    except PlanError:
-        raise
     except ValueError as e:
         raise PlanError((name,), str(e)) from None
 
