@@ -417,7 +417,7 @@ def scraped_every(url: str, interval_s: float):
     faster server."""
     stop = threading.Event()
 
-    def scrape() -> None:
+    def scrape_on_grid() -> None:  # not the module's scrape(): that one reads the gauges
         t0, k = time.monotonic(), 0
         while True:
             try:
@@ -428,7 +428,7 @@ def scraped_every(url: str, interval_s: float):
             if stop.wait(max(0.0, t0 + k * interval_s - time.monotonic())):
                 return
 
-    th = threading.Thread(target=scrape, daemon=True)
+    th = threading.Thread(target=scrape_on_grid, daemon=True)
     th.start()
     try:
         yield
