@@ -284,6 +284,7 @@ def run_specmon(url: str, c: int, n: int, a, work: Path, wire_log: Path) -> tupl
     return ClientRun(ttft, itl, toks / span, toks, rids, lag,
                      note=f"from its write: TTFT {sum(a for a, _ in fw) / sum(b for _, b in fw):.4f} of the wire; "
                           f"load thread {got['client_cpu_ms_per_1k']} ms/1k, loop lag p99 {got['lag_p99_ms']} ms; "
+                          f"CPU s: {', '.join(f'{k} {v:.2f}' for k, v in got['cpu_split_s'].items())}; "
                           f"{c} connections opened before the level's clock in {got.get('connect_s')} s; "
                           f"ms p50/p99: stamp->sent {ms(send)} (a connect included where one was needed), "
                           f"sent->server read {ms(wait)}"), cpu
@@ -298,6 +299,7 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
     from specmon.session.live import LiveSession
     from specmon.session.ramp import RampDriver
 
+    started = time.process_time()  # the interpreter and its imports: the only thread so far
     plan = RampPlan(levels=[c], input_len=isl, output_len=osl, level_duration_s=None, requests_per_level=n,
                     settle_s=0.0)
     arm = ArmSpec(name="sim", url=url)
@@ -315,9 +317,17 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
                      "end": o.wall(o.t_end) if o.t_end else None})
     cs = ramp.client_stats[-1] if ramp.client_stats else {}
     lag = cs.get("lag_p99_s")
+    # Where the process's CPU went, in seconds: start-up (interpreter and imports), the session's
+    # thread after it (scrapes, records, CSV rows, the level's figures), the load thread over
+    # its level (connections, requests, reads: the ramp's own reading of its clock), and every
+    # other thread (host readings, the resolver) with the load thread's time outside its level.
+    main_s, total_s, load_s = time.thread_time(), time.process_time(), cs.get("client_cpu_s") or 0.0
+    split = {"start_up": started, "session_thread": main_s - started, "load_thread": load_s,
+             "other": total_s - main_s - load_s}
     Path(out).write_text(json.dumps({"requests": rows, "client_cpu_ms_per_1k": cs.get("cpu_ms_per_1k_tokens"),
                                      "lag_p99_ms": None if lag is None else round(lag * 1000, 2),
-                                     "connect_s": cs.get("connect_s")}))
+                                     "connect_s": cs.get("connect_s"),
+                                     "cpu_split_s": {k: round(v, 3) for k, v in split.items()}}))
     return 0
 
 
