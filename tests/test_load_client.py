@@ -417,3 +417,56 @@ def test_connections_opened_at_once_look_the_host_up_once():
             return ready, lookups
         ready, lookups = asyncio.run(main())
     assert ready == 24 and lookups == ["localhost"]
+
+
+def test_a_new_connection_the_server_closes_before_the_request_is_written_fails_at_once():
+    """A server that dies as it accepts: the new connection's reader can see it closed before
+    the request's task resumes from its connect. The request then fails at once as "no answer"
+    (it waited the whole read timeout before: a ramp's level never ended). The wait below makes
+    that interleaving certain; the connect, the close and the reads are all real."""
+    import socket
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            time.sleep(0.1)  # the client's connect has returned by now
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        client = GenerateClient(f"http://127.0.0.1:{srv.getsockname()[1]}", max_concurrency=1, timeout_s=60)
+        connect = client._connect
+
+        async def connect_then_see_it_closed():
+            conn = await connect()
+            deadline = time.monotonic() + 5
+            while not conn.lost and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert conn.lost, "the server's reset never reached the connection's reader"
+            return conn
+
+        client._connect = connect_then_see_it_closed
+        t = time.monotonic()
+        o = await asyncio.wait_for(send(client, Workload(input_len=16, seed=1).prompt(0), 4), 20)
+        took = time.monotonic() - t
+        await client.aclose()
+        return o, took
+
+    try:
+        o, took = asyncio.run(main())
+    finally:
+        srv.close()
+    assert o.status == "error" and o.error.startswith("RemoteProtocolError"), o.error
+    assert o.no_answer in ("connection reset", "connection closed before any answer") and o.http_status is None
+    assert took < 10

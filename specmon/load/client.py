@@ -402,6 +402,7 @@ class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
         # told of a request first (_h11_after_request).
         self.h11: Optional[h11.Connection] = None
         self.lost = False
+        self.lost_why: Optional[Exception] = None  # what connection_lost was told, if anything
         self.exchange: Optional[_Exchange] = None
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -423,7 +424,7 @@ class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
         ex.feed(stamp, data)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
-        self.lost = True
+        self.lost, self.lost_why = True, exc
         if self.exchange is not None:
             self.exchange.cut(exc)
 
@@ -1101,6 +1102,11 @@ class GenerateClient:
         ex.t_activity = outcome.t_sent
         conn.transport.write(wire)
         outcome.t_written = time.perf_counter()  # the request is in the kernel: what sending cost us
+        if conn.lost:
+            # Lost before this exchange was its own: a new connection's reader can see the server
+            # close it (a server that died as it accepted) before this task resumes from the
+            # connect, and then the write goes nowhere and no answer will ever come.
+            ex.cut(conn.lost_why)
         self._active.add(ex)
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._sweep_every, self._sweep)
