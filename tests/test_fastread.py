@@ -164,6 +164,31 @@ def test_a_read_per_chunk_is_taken_in_c_and_reads_as_python_does():
     assert got["fast_reads"] == len(counts) - 1
 
 
+def test_the_first_event_after_a_head_read_alone_is_taken_in_c_with_its_rid():
+    """As a server writes it (the head, then each decode step's chunk): every event is read in C,
+    the first one's rid included; only the head, [DONE] and the last chunk go to Python."""
+    counts = list(range(1, 60, 3))
+    got = _same([HEAD, *_stream(counts), b"0\r\n\r\n"])
+    assert got["status"] == "ok" and got["rid"] == RID and got["fast_reads"] == len(counts)
+
+
+@pytest.mark.parametrize("first, rid", [
+    (b' "id": "%s"' % RID.encode(), RID),                 # the usual spacing
+    (b'"id":"%s"' % RID.encode(), RID),                   # none
+    (b'"id": \t "%s"' % RID.encode(), RID),              # whitespace before the value
+    (b'"id": "ab\xc3\xa9cd"', "ab\ufffd\ufffdcd"),          # not ASCII: replaced, as Python decodes it
+    (b'"id": "a\\"b"', "second"),                       # an escape: not read, the next event's
+    (b'"id": ""', "second"),                             # empty: the next event's
+    (b'"id": 7', "second"),                              # not a string: the next event's
+    (b'"other": "x"', "second"),                         # no id at all: the next event's
+])
+def test_the_rid_is_read_in_c_as_python_reads_it(first, rid):
+    one = b'data: {"text": "a", "meta_info": {' + first + b', "completion_tokens": 1}}\n\n'
+    two = _event(2).replace(RID.encode(), b"second")
+    got = _same([HEAD, _chunk(one), _chunk(two)])  # no end: the final meta_info's id would be the rid then
+    assert got["rid"] == rid and got["fast_reads"] == 2 and got["tokens"] == [1, 1]
+
+
 def test_reads_of_several_chunks_and_of_several_events_a_chunk():
     counts = list(range(2, 200, 2))
     chunks = _stream(counts, per_chunk=3)

@@ -7,8 +7,8 @@
  * (~5.7 us with 1,000 sockets open, the kernel's part) and about a microsecond more.
  *
  * What it does is a strict subset of client.py's Python path, the common case only: a read
- * that holds whole HTTP chunks, each holding whole one-line `data: {...}` events, of a request
- * whose rid is already known. Anything else (the response head, the first event, a split
+ * that holds whole HTTP chunks, each holding whole one-line `data: {...}` events (the request's
+ * rid read from the first that holds one). Anything else (the response head, a split
  * chunk or event, [DONE], an error event, the last chunk, a size line that is not plain hex)
  * goes to the Python path untouched: _Stream.received(stamp, data), exactly what the Python
  * reader would have called. The decision is made on the whole read before any state changes,
@@ -75,7 +75,7 @@ static inline void track_gap(double g) {
         gap_low *= g < gap_low ? GAP_DOWN : GAP_UP;
 }
 
-static PyObject *s_exchange, *s_received, *s_lost;
+static PyObject *s_exchange, *s_received, *s_lost, *s_rid;
 
 /* time.perf_counter() and time.time() as CPython computes them on Linux: the clock's
  * nanoseconds as one integer, then divided (so a stamp here equals one taken in Python). */
@@ -122,6 +122,7 @@ typedef struct {
     double t_activity;
     double last_t;        /* the stamp of the stream's newest token event; 0: none yet */
     char between_chunks;  /* the next read may come here */
+    char want_rid;        /* the outcome's rid is not known yet: read it from the first event with one */
 } ExchangeBase;
 
 static int ExchangeBase_traverse(ExchangeBase *self, visitproc visit, void *arg) {
@@ -161,6 +162,7 @@ static PyMemberDef ExchangeBase_members[] = {
     {"t_activity", T_DOUBLE, offsetof(ExchangeBase, t_activity), 0, "the stamp of the last read"},
     {"_last_t", T_DOUBLE, offsetof(ExchangeBase, last_t), 0, "the stamp of the newest token event (0: none)"},
     {"between_chunks", T_BOOL, offsetof(ExchangeBase, between_chunks), 0, "the next read may go to C"},
+    {"want_rid", T_BOOL, offsetof(ExchangeBase, want_rid), 0, "the outcome's rid is still to be read"},
     {NULL},
 };
 
@@ -469,6 +471,32 @@ static Py_ssize_t rfind_ct(const char *p, Py_ssize_t lo, Py_ssize_t hi) {
     return -1;
 }
 
+/* The rid in one event's data p[d:cut], as client.py's _str_after(data, b'"id":') reads it: the
+ * string after the last "id" key, nothing but whitespace between, no backslash in it, decoded
+ * as ASCII with U+FFFD for any other byte. 1 with *rid set, 0 for none, -1 on an error. */
+static int read_rid(const char *p, Py_ssize_t d, Py_ssize_t cut, PyObject **rid) {
+    static const char key[] = "\"id\":";
+    const Py_ssize_t k = sizeof(key) - 1;
+    Py_ssize_t i = cut - k;
+    while (i >= d && !(p[i] == '"' && memcmp(p + i, key, k) == 0))
+        i--;
+    if (i < d)
+        return 0;
+    Py_ssize_t j = i + k;
+    while (j < cut && p[j] != '"') {
+        if (!is_space(p[j]))
+            return 0; /* something other than whitespace before the value's quote */
+        j++;
+    }
+    if (j >= cut)
+        return 0;
+    const char *end = memchr(p + j + 1, '"', (size_t)(cut - j - 1));
+    if (end == NULL || end == p + j + 1 || memchr(p + j + 1, '\\', (size_t)(end - p - j - 1)) != NULL)
+        return 0; /* no closing quote, an empty value, or an escape in it */
+    *rid = PyUnicode_DecodeASCII(p + j + 1, end - p - j - 1, "replace");
+    return *rid == NULL ? -1 : 1;
+}
+
 /* The events of p[lo:hi], one chunk's data, as client.py's _Exchange._body reads them with no
  * carried-over bytes. 1: all of it is whole one-line data events the fast path handles, appended
  * to ev; 0: anything else (the Python path takes the read). */
@@ -561,7 +589,7 @@ static int fast_read(Reader *self, double now, const char *p, Py_ssize_t n) {
         goto done; /* None: no request on this connection */
     ExchangeBase *ex = (ExchangeBase *)exobj;
     if (!ex->between_chunks || ex->o == NULL || ex->arr_t == NULL || ex->arr_n == NULL)
-        goto done; /* before the body, mid-chunk or mid-event, or the rid not read yet */
+        goto done; /* before the body, or mid-chunk or mid-event */
 
     Py_ssize_t pos = 0;
     Event ev[MAX_EVENTS];
@@ -596,6 +624,19 @@ static int fast_read(Reader *self, double now, const char *p, Py_ssize_t n) {
     /* first, while nothing else has run on this thread since the read: p is its read buffer */
     if (nev > 0 && keep_event(ex, p + ev[nev - 1].d, ev[nev - 1].cut - ev[nev - 1].d) < 0)
         goto done;
+    for (int i = 0; i < nev && ex->want_rid; i++) { /* _body: the first event that holds one */
+        PyObject *rid = NULL;
+        int got = read_rid(p, ev[i].d, ev[i].cut, &rid);
+        if (got < 0)
+            goto done;
+        if (got > 0) {
+            int set = PyObject_SetAttr(ex->o, s_rid, rid);
+            Py_DECREF(rid);
+            if (set < 0)
+                goto done;
+            ex->want_rid = 0;
+        }
+    }
     int added = 0;
     for (int i = 0; i < nev; i++) {
         if (ev[i].ct <= ex->last_tokens)
@@ -1241,7 +1282,7 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_exchange, "exchange"}, {&s_received, "received"}, {&s_lost, "_lost"},
         {&s_add_reader, "add_reader"}, {&s_remove_reader, "remove_reader"}, {&s_ready, "ready"},
-        {&s_call_soon, "call_soon"},
+        {&s_call_soon, "call_soon"}, {&s_rid, "rid"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)

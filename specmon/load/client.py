@@ -16,7 +16,7 @@ e2e_latency / spec_verify_ct / queue_time) is decoded as JSON. SGLang sends cumu
 every event, so json.loads on each would cost O(n^2) in the output length.
 benchmarks/ramp_fidelity.py measures what is left: the client against the simulator's own
 socket stamps. Where setup.py built it, the usual read (whole chunks of whole one-line events,
-the rid already known) runs in C (_fastread.c): the same reading of the same bytes, with the
+the rid among them) runs in C (_fastread.c): the same reading of the same bytes, with the
 state both share kept on the _Exchange (in C fields of its base class there); every other read
 comes to _Stream.received as before.
 
@@ -581,7 +581,7 @@ class _PyExchangeBase:
 
 # Where it is built, the fields the C reader shares with _Exchange are C fields of this base
 # (o, _arr_t, _arr_n, _last_buf, _last_lo, _last_hi, last_tokens, events, t_activity, _last_t,
-# between_chunks): the same attributes to this code, read and written there
+# between_chunks, want_rid): the same attributes to this code, read and written there
 # without a lookup. The C reader stages the token events it reads in the base and appends them
 # to the outcome's arrays at _flush_stamps(): before this code takes a read, and when the
 # exchange ends (_attempt). Until then an outcome's token_events may lack the newest ones.
@@ -618,8 +618,10 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         self.trailer = False
         self.keep_alive = False
         # Whether the next read may go to the C reader (_fastread.c): the body is between whole
-        # chunks and events, and the rid is known. Set after every read this class takes.
+        # chunks and events. Set after every read this class takes, with whether the rid is still
+        # to be read (each reader takes it from the first event that holds one, as _body does).
         self.between_chunks = False
+        self.want_rid = outcome.rid is None
 
     @property
     def last_event(self) -> bytes:
@@ -630,8 +632,8 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
 
     def feed(self, now: float, data: bytes) -> None:
         self._feed(now, data)
-        self.between_chunks = (self.chunked == b"" and not (self.skip or self.left or self.trailer or self.buf)
-                               and self.o.rid is not None)
+        self.between_chunks = self.chunked == b"" and not (self.skip or self.left or self.trailer or self.buf)
+        self.want_rid = self.o.rid is None
 
     def _feed(self, now: float, data: bytes) -> None:
         self.t_activity = now
