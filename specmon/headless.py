@@ -28,8 +28,8 @@ from specmon.urls import without_credentials
 from specmon.model import (
     FleetLevels,
     KneesSummary, offered_label,
-    ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelStarted, Marker, RampFinished,
-    Sample, SamplesTick, SessionEnded,
+    ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelProgress, LevelStarted, Marker, RampFinished,
+    RequestFinished, Sample, SamplesTick, SessionEnded,
 )
 
 
@@ -155,6 +155,10 @@ def knees_line(arm: str, k: KneesSummary, rates: bool = False) -> str:
     return f"{arm}: " + "; ".join(parts)
 
 
+# Events the printer writes no line for (render and fleet_lines say nothing of them).
+_SILENT = frozenset({RequestFinished, LevelProgress})
+
+
 class HeadlessPrinter:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
@@ -167,6 +171,8 @@ class HeadlessPrinter:
         self._rates = False  # the ramp's levels offer request rates (open loop)
 
     def __call__(self, e: Event) -> None:
+        if type(e) in _SILENT:  # a request finished, a level's progress: ~1,000 a level, no line
+            return
         line = "\n".join(x for x in (self.render(e), self.fleet_lines(e)) if x)
         if line:
             print(without_credentials(line), file=self.out, flush=True)
