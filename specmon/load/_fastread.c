@@ -460,15 +460,20 @@ static inline int hex_value(char c) {
     return -1;
 }
 
-/* The last `"completion_tokens":` key within p[lo:hi], as bytes.rfind: its index or -1. */
-static Py_ssize_t rfind_ct(const char *p, Py_ssize_t lo, Py_ssize_t hi) {
-    static const char key[] = "\"completion_tokens\":";
-    const Py_ssize_t k = sizeof(key) - 1;
+/* The last occurrence of a JSON key (`key`, k bytes, starting with its quote) within p[lo:hi],
+ * as bytes.rfind: its index or -1. */
+static inline Py_ssize_t rfind_key(const char *p, Py_ssize_t lo, Py_ssize_t hi, const char *key, Py_ssize_t k) {
     for (Py_ssize_t i = hi - k; i >= lo; i--) {
-        if (p[i] == '"' && memcmp(p + i, key, k) == 0)
+        if (p[i] == '"' && memcmp(p + i, key, (size_t)k) == 0)
             return i;
     }
     return -1;
+}
+
+/* The last `"completion_tokens":` key within p[lo:hi]. */
+static Py_ssize_t rfind_ct(const char *p, Py_ssize_t lo, Py_ssize_t hi) {
+    static const char key[] = "\"completion_tokens\":";
+    return rfind_key(p, lo, hi, key, sizeof(key) - 1);
 }
 
 /* The rid in one event's data p[d:cut], as client.py's _str_after(data, b'"id":') reads it: the
@@ -477,10 +482,8 @@ static Py_ssize_t rfind_ct(const char *p, Py_ssize_t lo, Py_ssize_t hi) {
 static int read_rid(const char *p, Py_ssize_t d, Py_ssize_t cut, PyObject **rid) {
     static const char key[] = "\"id\":";
     const Py_ssize_t k = sizeof(key) - 1;
-    Py_ssize_t i = cut - k;
-    while (i >= d && !(p[i] == '"' && memcmp(p + i, key, k) == 0))
-        i--;
-    if (i < d)
+    Py_ssize_t i = rfind_key(p, d, cut, key, k);
+    if (i < 0)
         return 0;
     Py_ssize_t j = i + k;
     while (j < cut && p[j] != '"') {
