@@ -3,11 +3,13 @@ arrived while the client's event loop was busy keep the time they arrived; with 
 transport they are stamped when the loop got to them."""
 
 import asyncio
+import gc
 import json
 import socket
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -119,3 +121,64 @@ def test_a_stream_cut_mid_way_keeps_every_token_event_read_before_the_cut():
     assert stamps == sorted(stamps)
     if native.fastread is not None:
         assert fast >= 8  # most of them were the C reader's (staged, then handed over)
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _one_request(url: str, connect_timeout_s: float) -> tuple[RequestOutcome, float]:
+    async def main() -> RequestOutcome:
+        client = GenerateClient(url, max_concurrency=1, kernel_stamps=True, connect_timeout_s=connect_timeout_s)
+        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
+        await client.generate(Workload(input_len=8).prompt(0), 3, o)
+        await client.aclose()
+        return o
+
+    t0 = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        o = asyncio.run(main())
+        gc.collect()
+    # a socket dropped without close() is closed by the collector, which says so
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    return o, time.monotonic() - t0
+
+
+def test_a_connect_the_server_never_completes_times_out_and_closes_its_socket():
+    # A listener whose accept queue is full drops the SYN: the connect stays in progress.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    fillers = []
+    for _ in range(4):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(srv.getsockname())
+        fillers.append(f)
+    time.sleep(0.1)
+    before = _open_fds()
+    try:
+        o, took = _one_request(f"http://127.0.0.1:{srv.getsockname()[1]}", connect_timeout_s=0.3)
+    finally:
+        after = _open_fds()
+        for f in fillers:
+            f.close()
+        srv.close()
+    assert (o.status, o.error, o.no_answer) == ("timeout", "ConnectTimeout", "no connection within 0.3 s")
+    assert took < 3.0
+    assert after == before
+
+
+def test_a_refused_connect_fails_at_once_as_connection_refused():
+    held = socket.socket()  # holds a port nobody listens on: a SYN to it is answered by a reset
+    held.bind(("127.0.0.1", 0))
+    try:
+        o, took = _one_request(f"http://127.0.0.1:{held.getsockname()[1]}", connect_timeout_s=5.0)
+    finally:
+        held.close()
+    assert (o.status, o.no_answer) == ("error", "connection refused")
+    assert o.error.startswith("ConnectError: [Errno 111]")
+    assert took < 2.0
