@@ -213,3 +213,31 @@ def test_which_urls_the_lean_client_takes(monkeypatch):
     assert lean_target("http://localhost:30000") is not None  # a proxy is never used for loopback
     assert ArmCollector(ArmSpec("a", "http://gpu-7.internal:1"))._lean is None
     assert ArmCollector(ArmSpec("a", "http://127.0.0.1:1"))._lean is not None
+
+
+async def test_is_refused_reads_a_refusal_through_either_client_and_nothing_else():
+    held = socket.socket()  # a port nobody listens on: a connect to it is reset at once
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    try:
+        lean = http.LeanClient("127.0.0.1", port, timeout_s=2.0)
+        try:
+            with pytest.raises(http.HttpError) as lean_err:
+                await lean.get("/metrics", {}, 1024)
+        finally:
+            await lean.aclose()
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            with pytest.raises(httpx.ConnectError) as httpx_err:
+                await client.get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        held.close()
+    assert http.is_refused(lean_err.value)
+    assert http.is_refused(httpx_err.value)  # "All connection attempts failed", refused underneath
+    with RawServer(lambda path: (b"", False)) as srv:  # it listens, and never answers
+        c = http.LeanClient("127.0.0.1", srv.port, timeout_s=0.2)
+        try:
+            with pytest.raises(http.ReadTimeout) as silent:
+                await c.get("/metrics", {}, 1024)
+        finally:
+            await c.aclose()
+    assert not http.is_refused(silent.value)

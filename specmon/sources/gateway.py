@@ -416,7 +416,7 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict, max_bytes: in
                     return None, b"", f"{urlsplit(url).path} body over {max_bytes // 2**20} MiB"
             return r.status_code, bytes(body), ""
     except httpx.ConnectError as e:
-        return None, b"", "connection refused" if _refused(e) else f"cannot connect ({str(e)[:120] or type(e).__name__})"
+        return None, b"", "connection refused" if http.is_refused(e) else f"cannot connect ({str(e)[:120] or type(e).__name__})"
     except httpx.TimeoutException:
         return None, b"", "no answer in time"
     except (httpx.HTTPError, OSError) as e:
@@ -469,18 +469,6 @@ class _Http:
             await self.client.aclose()
         for c in self._lean.values():
             await c.aclose()
-
-
-def _refused(e: BaseException) -> bool:
-    """Nothing listens: httpx says "All connection attempts failed", its cause says refused."""
-    cur: Optional[BaseException] = e
-    for _ in range(6):
-        if cur is None:
-            return False
-        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def _json(body: bytes) -> Any:

@@ -29,6 +29,23 @@ HEAD_MAX_BYTES = 64 * 2**10
 KEEP_IDLE = 4  # connections kept per client (the gateway asks several paths at once)
 
 
+def is_refused(e: BaseException) -> bool:
+    """Whether an error from a connect means nothing listens there. httpx words it "All
+    connection attempts failed" and keeps ConnectionRefusedError among its causes, or inside an
+    exception group when it tried several addresses; this client raises Refused."""
+    cur: Optional[BaseException] = e
+    for _ in range(8):
+        if cur is None:
+            return False
+        if isinstance(cur, (ConnectionRefusedError, Refused)) or "refused" in str(cur).lower():
+            return True
+        inner = getattr(cur, "exceptions", None)  # an exception group from the connect
+        if isinstance(inner, (list, tuple)) and inner and is_refused(inner[0]):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 class HttpError(Exception):
     """Base of what a GET raises (cancellation aside)."""
 

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 import yaml
 
 from specmon.model import ArmSpec, FleetReading, FleetStatus, RankReading, Sample, WorkerStatus, kv_usage_of
+from specmon.sources.http import is_refused
 from specmon.urls import is_loopback
 
 SGLANG = "sglang[:_]"  # both exposition forms of SGLang's names
@@ -746,7 +747,7 @@ class _Api:
                         raise PromQueryError(f"answer over {MAX_BODY_BYTES // 2**20} MiB", "bad_answer")
                 status = r.status_code
         except httpx.ConnectError as e:
-            if _refused(e):
+            if is_refused(e):
                 raise PromQueryError(f"connection refused at {self.base}", "refused") from None
             raise PromQueryError(f"cannot connect to {self.base}: {str(e)[:160] or type(e).__name__}", "down") from None
         except httpx.TimeoutException:
@@ -761,21 +762,6 @@ class _Api:
                     raise PromQueryError(f"HTTP {status}, {e.message}", e.kind) from None
             raise PromQueryError(f"HTTP {status}", "error")
         return api_data(bytes(body))
-
-
-def _refused(e: BaseException) -> bool:
-    """Nothing listens: httpx says "All connection attempts failed", its causes say refused."""
-    cur: Optional[BaseException] = e
-    for _ in range(8):
-        if cur is None:
-            return False
-        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
-            return True
-        inner = getattr(cur, "exceptions", None)  # an exception group from the connect
-        if isinstance(inner, (list, tuple)) and inner and _refused(inner[0]):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 async def _gather_queries(api: _Api, path: str, queries: dict[str, str], params: dict[str, str],

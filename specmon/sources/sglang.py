@@ -101,18 +101,6 @@ def is_loopback_url(url: str) -> bool:
         return False
 
 
-def _refused(e: BaseException) -> bool:
-    """True when nothing listens: httpx words it "All connection attempts failed", the cause says more."""
-    seen = 0
-    cur: Optional[BaseException] = e
-    while cur is not None and seen < 6:
-        if isinstance(cur, ConnectionRefusedError) or "refused" in str(cur).lower():
-            return True
-        cur = cur.__cause__ or cur.__context__
-        seen += 1
-    return False
-
-
 def _int(v: Optional[float]) -> Optional[int]:
     """A gauge that counts things (requests, tokens); None for NaN, +-Inf, a negative value or one
     past 2**63, which no count can be (an empty cell, never a crash or a made-up number)."""
@@ -314,7 +302,7 @@ class ArmCollector:
                         raise _TooLarge(f"{path} body over {_mib(max_bytes)}")
                 return 200, bytes(body)
         except httpx.ConnectError as e:
-            if _refused(e):
+            if http.is_refused(e):
                 raise _Failure("refused", f"connection refused at {self.shown}")
             words = without_credentials(str(e)) or type(e).__name__
             if "name resolution" in words or "not known" in words or "No address associated" in words:
