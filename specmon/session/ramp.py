@@ -74,7 +74,7 @@ from specmon.analysis.search import level_meets, search_step
 from specmon.errors import UsageError
 from specmon.load.client import GenerateClient, RequestOutcome, TokenStamps
 from specmon.load.loop import LoadLoop
-from specmon.load.workload import Workload, arrival_times
+from specmon.load.workload import Prompt, Workload, arrival_times
 from specmon.model import (
     ArmSpec, KneeCalled, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished,
     RampPlan, RampStarted, RequestFinished,
@@ -724,6 +724,25 @@ class RampDriver:
         self.denied[arm] = f"server at {public_url(spec.url)} answered {denial}: {hint}"
         level.notices.append(f"{arm}: {self.denied[arm]}; no more requests go to it")
 
+    async def _send(self, level: _LevelState, arm: str, client: GenerateClient, prompt: Prompt, o: RequestOutcome,
+                    cancelled_why: str, slots: Optional[asyncio.Semaphore] = None) -> None:
+        """One request of a level (after a free slot, when given), its outcome filled whatever
+        happens: a failure is the request's, never the ramp's; a cancel is recorded as the
+        request's end (its row is written) and passed on."""
+        try:
+            if slots is None:
+                await client.generate(prompt, self.plan.output_len, o)
+            else:
+                async with slots:
+                    await client.generate(prompt, self.plan.output_len, o)
+        except asyncio.CancelledError:
+            o.status, o.error = "cancelled", cancelled_why
+            self._finished(level, arm, o)
+            raise
+        except Exception as e:  # never let one request end the ramp
+            o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
+        level.done[arm] += 1
+
     async def _level_on_load_loop(self, i: int, c: int, level: _LevelState, clients: dict[str, GenerateClient]) -> None:
         plan = self.plan
         # Each arm's C connections are opened before the level's clock starts: a request then
@@ -781,15 +800,7 @@ class RampDriver:
                 if turns:
                     o.turn, o.keep_output = conv.sent, True
                 level.outcomes[arm].append(o)
-                try:
-                    await client.generate(prompt, plan.output_len, o)
-                except asyncio.CancelledError:
-                    o.status, o.error = "cancelled", "level skipped or ramp stopped"
-                    self._finished(level, arm, o)
-                    raise
-                except Exception as e:  # never let one request end the ramp
-                    o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
-                level.done[arm] += 1
+                await self._send(level, arm, client, prompt, o, "level skipped or ramp stopped")
                 if turns:  # the next turn resends this answer; the outcome need not keep it
                     conv.reply(o.status == "ok", o.output_ids, o.output_text, o.completion_tokens)
                     o.output_ids = o.output_text = None
@@ -881,19 +892,7 @@ class RampDriver:
             level.cut[a] = asyncio.Event()
 
         async def send(arm: str, n: int, o: RequestOutcome, prompt, slots: Optional[asyncio.Semaphore]) -> None:
-            try:
-                if slots is None:
-                    await clients[arm].generate(prompt, plan.output_len, o)
-                else:
-                    async with slots:
-                        await clients[arm].generate(prompt, plan.output_len, o)
-            except asyncio.CancelledError:
-                o.status, o.error = "cancelled", "level cut short, skipped or ramp stopped"
-                self._finished(level, arm, o)
-                raise
-            except Exception as e:  # never let one request end the ramp
-                o.status, o.error = "error", f"{type(e).__name__}: {e}"[:200]
-            level.done[arm] += 1
+            await self._send(level, arm, clients[arm], prompt, o, "level cut short, skipped or ramp stopped", slots)
             # "gone" is judged on the last 8 requests (an open loop has no streams of its own)
             self._account(level, arm, n % 8, o, urls[arm], open_loop=True)
 
