@@ -237,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take every URL as one SGLang server (do not look for a gateway and its workers)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
+    p.add_argument("--request-metrics-dir", default=None, metavar="DIR",
+                   help="the folder a server on this host writes with --export-metrics-to-file-dir: each finished "
+                        "request's TTFT, queue time and lengths, read (never written) as the files grow")
     _add_metrics_options(p)
     _add_prometheus_options(p)
 
@@ -263,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
     _add_ramp_options(p, levels_required=False)  # or --rates, or --search: the plan says which is missing
+    p.add_argument("--trace", default=None, metavar="FILE|diurnal[:PEAK_RPS[:PERIOD_S]]",
+                   help="replay a trace as one open-loop level: each request at its recorded arrival with its recorded "
+                        "lengths (specmon JSONL, Mooncake JSONL, Azure or BurstGPT CSV; docs/workloads.md), or a "
+                        "built-in diurnal day compressed into PERIOD_S (default 2 req/s peak, 600 s)")
+    p.add_argument("--trace-speed", type=_speed, default=None, metavar="X",
+                   help="with --trace: arrival times divided by X (2 replays the trace twice as fast)")
     _add_slo_options(p)
     _add_metrics_options(p)
 

@@ -69,6 +69,7 @@ BOUNDS: dict[str, Callable[[Any], Any]] = {
     "max_level": lambda v: check_positive(v, most=max(MAX_LEVEL, MAX_RATE)),
     "seed": check_seed,
     "requests_per_level": check_count,
+    "trace_speed": lambda v: check_positive(v, most=1e6),
 }
 
 
@@ -119,6 +120,11 @@ class RampPlan:
     search: bool = False
     attainment: float = DEFAULT_ATTAINMENT
     max_level: Optional[float] = None
+    # A trace replayed as one open-loop level (load/trace.py): a file or `diurnal[:PEAK[:PERIOD]]`;
+    # its arrival times are divided by trace_speed. `rates` then holds the one rate the trace
+    # offers on average (set from the trace by whoever reads it: levels.csv's offered_rate).
+    trace: Optional[str] = None
+    trace_speed: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in _validated(self.__dict__).items():
@@ -138,6 +144,10 @@ class RampPlan:
             object.__setattr__(self, k, v)
 
     def _check_steps(self) -> None:
+        if self.trace is not None:
+            self._check_trace()
+        elif self.trace_speed != 1.0:
+            raise _at("trace_speed", "only with trace")
         if self.levels is not None and self.rates is not None:
             raise _at("rates", "expected levels (closed loop) or rates (open loop), not both")
         if not self.search and self.levels is None and self.rates is None:
@@ -164,6 +174,20 @@ class RampPlan:
                                                       f"got {self.max_level:g}")
         elif self.max_level is not None:
             raise _at("max_level", "only with search")
+
+    def _check_trace(self) -> None:
+        """A trace is its own schedule and lengths: one rate (its mean, from the trace), no levels,
+        search, conversations, dataset or tokenizer (its prompts are input_ids of exact lengths)."""
+        if not self.trace.strip() or "\x00" in self.trace:
+            raise _at("trace", f"expected a trace file or diurnal[:PEAK_RPS[:PERIOD_S]], got {self.trace!r}")
+        for name, bad in (("levels", self.levels is not None), ("search", self.search),
+                          ("turns", self.turns > 1), ("dataset", self.dataset is not None),
+                          ("tokenizer", self.tokenizer is not None), ("arrival", self.arrival != "poisson"),
+                          ("burstiness", self.burstiness != 1.0)):
+            if bad:
+                raise _at(name, "not with trace (the trace sets when each request arrives and its lengths)")
+        if self.rates is None or len(self.rates) != 1:
+            raise _at("rates", "with trace: the one rate the trace offers (set from the trace)")
 
     def _check_workload(self) -> None:
         if self.shared_prefix_len is not None:
@@ -352,8 +376,8 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
             raise PlanError((name,), "expected level_duration_s or requests_per_level, not both")
         if name == "category" and v is not None and out["dataset"] is None:
             raise PlanError((name,), "needs a dataset to keep the category from (a SPEED-Bench JSONL)")
-    if out["level_duration_s"] is None and out["requests_per_level"] is None:
-        out["level_duration_s"] = DEFAULT_LEVEL_DURATION_S
+    if out["level_duration_s"] is None and out["requests_per_level"] is None and out["trace"] is None:
+        out["level_duration_s"] = DEFAULT_LEVEL_DURATION_S  # (a trace runs to its last arrival)
     probe = object.__new__(RampPlan)  # the rules read the values as a plan's attributes
     probe.__dict__.update(out)
     probe._check_steps()
@@ -374,6 +398,7 @@ FLAGS = {
     "zipf": "--zipf", "turns": "--turns", "think_time_s": "--think-time", "rates": "--rates",
     "arrival": "--arrival", "burstiness": "--burstiness", "max_concurrency": "--max-concurrency",
     "search": "--search", "attainment": "--attainment", "max_level": "--max-level",
+    "trace": "--trace", "trace_speed": "--trace-speed",
 }
 
 

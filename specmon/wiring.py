@@ -176,10 +176,10 @@ def load_workload(plan: RampPlan) -> "Workload":
     return workload
 
 
-def ramp_driver(arms: Sequence[ArmSpec], plan: RampPlan, workload: "Workload") -> "RampDriver":
+def ramp_driver(arms: Sequence[ArmSpec], plan: RampPlan, workload: "Workload", trace: Any = None) -> "RampDriver":
     from specmon.session.ramp import RampDriver
 
-    return RampDriver(arms, plan, workload=workload)
+    return RampDriver(arms, plan, workload=workload, trace=trace)
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,8 +18,12 @@ answered at all.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
+from specmon.bounds import MAX_RATE
+from specmon.errors import UsageError
 from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
@@ -27,9 +31,11 @@ from specmon.wiring import (
     run_front_end, start_metrics,
 )
 
+if TYPE_CHECKING:
+    from specmon.load.trace import Trace
 
-def plan_from_args(args) -> RampPlan:
-    """The plan the flags ask for, validated (UsageError naming the flag)."""
+
+def _values(args) -> dict:
     values = {"levels": list(args.levels) if args.levels is not None else None, "dataset": args.dataset,
               "category": args.category, "tokenizer": args.tokenizer, "flush_cache": bool(args.flush_cache),
               "slo_ttft_s": args.slo_ttft, "slo_tpot_s": args.slo_tpot, "search": bool(args.search)}
@@ -41,12 +47,41 @@ def plan_from_args(args) -> RampPlan:
              "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
              "attainment": args.attainment, "max_level": args.max_level}
     values.update({k: v for k, v in given.items() if v is not None})  # the rest: the plan's defaults
-    return build_plan(values)
+    return values
+
+
+def plan_from_args(args) -> RampPlan:
+    """The plan the flags ask for, validated (UsageError naming the flag)."""
+    return plan_and_trace(args)[0]
+
+
+def plan_and_trace(args) -> tuple[RampPlan, Optional["Trace"]]:
+    """The plan, and with --trace the trace read now (a bad file is exit 2 before anything is
+    sent, its bad lines warned about on stderr); the plan's one rate is then the trace's mean
+    arrival rate (levels.csv offered_rate)."""
+    values = _values(args)
+    spec = getattr(args, "trace", None)
+    speed = getattr(args, "trace_speed", None)
+    if spec is None:
+        if speed is not None:
+            raise UsageError("--trace-speed: only with --trace")
+        return build_plan(values), None
+    if args.rates is not None:
+        raise UsageError("--rates: not with --trace (the trace sets when each request arrives)")
+    values.update(trace=spec, trace_speed=speed if speed is not None else 1.0, rates=[1.0])
+    plan = build_plan(values)  # every flag checked before the file is read
+
+    from specmon.load.trace import trace_from_plan, warn_skipped
+
+    trace = trace_from_plan(plan)
+    warn_skipped(trace, lambda line: print(line, file=sys.stderr))
+    plan.rates = [min(max(round(trace.mean_rate, 6), 1e-6), MAX_RATE)]
+    return plan, trace
 
 
 def run(args) -> int:
     arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env)
-    plan = plan_from_args(args)
+    plan, trace = plan_and_trace(args)
     require_loopback_or_yes(arms, args.yes)
     workload = load_workload(plan)  # a bad dataset is exit 2 before anything is sent
     # A gateway is loaded as one arm; its workers are the servers watched (GETs only).
@@ -56,7 +91,7 @@ def run(args) -> int:
     from specmon.session.live import LiveSession
 
     consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
-    ramp = ramp_driver(arms, plan, workload)
+    ramp = ramp_driver(arms, plan, workload, trace=trace)
     live = LiveSession(watched, interval=args.interval, out_dir=Path(args.out) if args.out else None,
                        isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers,
                        fleets=fleets)

@@ -51,6 +51,10 @@ short there (requests in flight and waiting cancelled), marked knee = over_satur
 trend in its note, and never taken for a steady state (not valid). A level that ran its course
 is checked once more over its window's second half.
 
+A trace (plan.trace, load/trace.py) is one open-loop level whose arrivals are the trace's (divided
+by plan.trace_speed, in the arm's seconds) and whose requests have the trace's lengths; it runs to
+its last arrival and is never cut short for over-saturation (its backlog is what the trace did).
+
 SLO search (plan.search, one arm): the levels are chosen as the ramp goes by
 analysis/search.py's policy (double, then bisect on the Wilson lower bound of SLO attainment);
 the search's state travels in the arm's KneesSummary.search.
@@ -74,6 +78,7 @@ from specmon.analysis.search import level_meets, search_step
 from specmon.errors import UsageError
 from specmon.load.client import GenerateClient, RequestOutcome, TokenStamps
 from specmon.load.loop import LoadLoop
+from specmon.load.trace import Trace, trace_from_plan
 from specmon.load.workload import Prompt, Workload, arrival_times
 from specmon.model import (
     ArmSpec, KneeCalled, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished,
@@ -236,7 +241,8 @@ def _in_flight(outcomes: Sequence[RequestOutcome]) -> int:
 
 
 class RampDriver:
-    def __init__(self, arms: Sequence[ArmSpec], plan: RampPlan, *, workload: Optional[Workload] = None):
+    def __init__(self, arms: Sequence[ArmSpec], plan: RampPlan, *, workload: Optional[Workload] = None,
+                 trace: Optional[Trace] = None):
         if not plan.steps and not plan.search:
             raise ValueError("RampPlan has no levels")
         if plan.search and len(arms) > 1:
@@ -245,6 +251,8 @@ class RampDriver:
         self.plan = plan
         self.workload = workload or Workload.from_plan(plan)
         self.workload.sharers = len(self.arms)  # every arm sends prompt i: kept until all have
+        # --trace: the one open-loop level's arrivals and lengths (load/trace.py)
+        self.trace = trace if trace is not None or plan.trace is None else trace_from_plan(plan)
         self._search_next: Optional[float] = None  # the level the SLO search asked for next
         self.results: dict[str, list[LevelResult]] = {a.name: [] for a in self.arms}
         self.knees: dict[str, KneesSummary] = {}
@@ -317,7 +325,8 @@ class RampDriver:
             for arm in self.arms:
                 clients[arm.name] = await load.submit(self._make_client(arm, top))
             await self._read_scales(live)
-            emit(RampStarted(plan=self.plan, time_scale=dict(self.scales), workload=self.workload.describe()))
+            emit(RampStarted(plan=self.plan, time_scale=dict(self.scales), workload=self.workload.describe()
+                             if self.trace is None else {**self.workload.describe(), **self.trace.describe()}))
             i = 0
             step = search_step([], start=plan.search_start, max_level=plan.search_max, rates=plan.open_loop,
                                target=plan.attainment)[0] if plan.search else plan.steps[0]
@@ -436,7 +445,7 @@ class RampDriver:
                 self.fleet.window_opened(live)
             drain()
             in_flight = {}
-            if rate is not None:
+            if rate is not None and self.trace is None:  # a trace level runs its course: its backlog is the trace's
                 self._watch_backlog(level, rate, live)
                 in_flight = {a.name: _in_flight(level.outcomes[a.name]) for a in self.arms}
             elapsed = (clock.wall() - level.t0) * self._pace()
@@ -464,7 +473,7 @@ class RampDriver:
                              server_cache=cache_counter_deltas((opened or {}).get(arm.name),
                                                                live.newest_metrics(arm.name)),
                              idle_s=think)
-            if rate is not None:
+            if rate is not None and self.trace is None:
                 self._over_saturation(arm.name, r, level, window, live)
             if level.paused_during:  # the window holds idle time: its rates and shares mean nothing
                 r.valid = False
@@ -725,16 +734,18 @@ class RampDriver:
         level.notices.append(f"{arm}: {self.denied[arm]}; no more requests go to it")
 
     async def _send(self, level: _LevelState, arm: str, client: GenerateClient, prompt: Prompt, o: RequestOutcome,
-                    cancelled_why: str, slots: Optional[asyncio.Semaphore] = None) -> None:
+                    cancelled_why: str, slots: Optional[asyncio.Semaphore] = None,
+                    output_len: Optional[int] = None) -> None:
         """One request of a level (after a free slot, when given), its outcome filled whatever
         happens: a failure is the request's, never the ramp's; a cancel is recorded as the
         request's end (its row is written) and passed on."""
+        n_out = self.plan.output_len if output_len is None else output_len  # a trace's request: its own
         try:
             if slots is None:
-                await client.generate(prompt, self.plan.output_len, o)
+                await client.generate(prompt, n_out, o)
             else:
                 async with slots:
-                    await client.generate(prompt, self.plan.output_len, o)
+                    await client.generate(prompt, n_out, o)
         except asyncio.CancelledError:
             o.status, o.error = "cancelled", cancelled_why
             self._finished(level, arm, o)
@@ -884,15 +895,22 @@ class RampDriver:
         level.window_t0 = level.t0 + plan.settle_s / pace
         n_max = plan.requests_per_level
         horizon = None if n_max else (plan.level_duration_s or 60.0)  # the arm's seconds
-        level.planned_t1 = level.t0 + (horizon if horizon is not None else n_max / rate) / pace
+        trace = self.trace
+        if trace is not None:  # the trace's own schedule (already cut to the plan's duration / count)
+            n_max, horizon = len(trace.requests), None
+            level.planned_t1 = level.t0 + trace.span_s / pace
+        else:
+            level.planned_t1 = level.t0 + (horizon if horizon is not None else n_max / rate) / pace
         stop = asyncio.Event()
         urls = {a.name: public_url(a.url) for a in self.arms}
         live_arms = self._undenied()
         for a in live_arms:
             level.cut[a] = asyncio.Event()
 
-        async def send(arm: str, n: int, o: RequestOutcome, prompt, slots: Optional[asyncio.Semaphore]) -> None:
-            await self._send(level, arm, clients[arm], prompt, o, "level cut short, skipped or ramp stopped", slots)
+        async def send(arm: str, n: int, o: RequestOutcome, prompt, slots: Optional[asyncio.Semaphore],
+                       output_len: Optional[int] = None) -> None:
+            await self._send(level, arm, clients[arm], prompt, o, "level cut short, skipped or ramp stopped", slots,
+                             output_len)
             # "gone" is judged on the last 8 requests (an open loop has no streams of its own)
             self._account(level, arm, n % 8, o, urls[arm], open_loop=True)
 
@@ -920,7 +938,9 @@ class RampDriver:
                     await asyncio.sleep(min(delay, 0.05))
 
             try:
-                for offset in arrival_times(plan.arrival, rate, plan.seed, i, plan.burstiness):
+                schedule = (trace.offset(k) for k in range(len(trace.requests))) if trace is not None else \
+                    arrival_times(plan.arrival, rate, plan.seed, i, plan.burstiness)
+                for offset in schedule:
                     if (n_max and n >= n_max) or (horizon is not None and offset >= horizon):
                         break
                     await until(level.t0 + offset / pace)
@@ -931,7 +951,12 @@ class RampDriver:
                     o = RequestOutcome(request_id=f"{arm}-L{i}-{n}", t_scheduled_wall=due,
                                        t_scheduled=time.perf_counter() + (due - clock.wall()))
                     level.outcomes[arm].append(o)  # in the backlog from its arrival, slot or not
-                    task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
+                    if trace is None:
+                        task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
+                    else:  # request n of the trace: its prompt (the plan's, for the diurnal pattern) and length
+                        k = self._take_prompt(arm)
+                        prompt = self.workload.prompt(k) if trace.kind == "diurnal" else trace.prompt(n - 1)
+                        task = asyncio.create_task(send(arm, n, o, prompt, slots, trace.requests[n - 1].output_len))
                     sends.add(task)
                     task.add_done_callback(sends.discard)
                 if horizon is not None:
