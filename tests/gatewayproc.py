@@ -13,6 +13,7 @@ start serve a local, empty model folder.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -38,19 +39,24 @@ def have_gateway() -> bool:
 class Gateway(LoggedProcess):
     url: str
     metrics_url: str
+    admin_key: Optional[str] = None  # smg 1.x asks it (as a bearer) on its worker routes when given one
+
+    def auth(self) -> dict:
+        return {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
 
     def get_json(self, path: str, timeout: float = 5.0):
-        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+        req = urllib.request.Request(self.url + path, headers=self.auth())
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
     def post_json(self, path: str, body: dict, timeout: float = 10.0):
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **self.auth()})
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read() or b"null")
 
     def delete(self, path: str, timeout: float = 10.0) -> int:
-        req = urllib.request.Request(self.url + path, method="DELETE")
+        req = urllib.request.Request(self.url + path, method="DELETE", headers=self.auth())
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status
 
@@ -74,27 +80,48 @@ class Gateway(LoggedProcess):
                            + self.log_text()[-3000:])
 
 
+@functools.lru_cache(maxsize=1)
+def smg_version() -> tuple[int, ...]:
+    """The installed gateway's release: `smg 1.13.0` (smg) or `sgl-model-gateway 0.3.2` (sglang-router)."""
+    p = subprocess.run([SMG, "--version"], capture_output=True, text=True, timeout=30)
+    words = (p.stdout or p.stderr).split()
+    try:
+        return tuple(int(x) for x in words[1].split(".")[:3])
+    except (IndexError, ValueError):
+        return (0,)
+
+
+def version_flags() -> list[str]:
+    # smg 1.x polls each worker's load every 10 s by default: /get_loads and smg_engine_* would lag
+    # the tests' few seconds of load
+    return ["--load-monitor-interval", "1"] if smg_version() >= (1,) else []
+
+
 def safe_env() -> dict:
     return dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="1", NO_PROXY="*",
                 RUST_LOG="warn")
 
 
 @contextlib.contextmanager
-def start_gateway(*flags: str, workers: Optional[int] = None, timeout: float = 30.0) -> Iterator[Gateway]:
+def start_gateway(*flags: str, workers: Optional[int] = None, timeout: float = 30.0,
+                  admin_key: Optional[str] = None) -> Iterator[Gateway]:
     """flags: `smg launch` flags after the host/port ones (e.g. "--worker-urls", URL...). Waits
-    until /workers lists `workers` healthy workers (None: until the gateway answers at all)."""
+    until /workers lists `workers` healthy workers (None: until the gateway answers at all).
+    admin_key: the gateway asks it on its worker routes (smg 1.x's control-plane keys)."""
     port, mport = free_port(), free_port()
     log_dir = Path(tempfile.mkdtemp(prefix="specmon-smg-"))
     log_path = log_dir / f"smg-{port}.log"
     fh = open(log_path, "wb")
     cmd = [SMG, "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
            "--prometheus-port", str(mport), "--log-level", "warn", "--health-check-interval-secs", "1",
-           *flags]
+           *version_flags(), *flags]
+    if admin_key:
+        cmd += ["--control-plane-api-keys", f"specmon-test:specmon tests:admin:{admin_key}"]
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
                             env=safe_env(), start_new_session=True)
     fh.close()
     gw = Gateway(url=f"http://127.0.0.1:{port}", metrics_url=f"http://127.0.0.1:{mport}/metrics", proc=proc,
-                 log_path=log_path)
+                 log_path=log_path, admin_key=admin_key)
     try:
         if workers is not None:
             gw.wait_workers(workers, timeout=timeout)
