@@ -237,9 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take every URL as one SGLang server (do not look for a gateway and its workers)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
-    p.add_argument("--request-metrics-dir", default=None, metavar="DIR",
+    p.add_argument("--request-metrics-dir", action="append", default=[], metavar="[NAME=]DIR",
                    help="the folder a server on this host writes with --export-metrics-to-file-dir: each finished "
-                        "request's TTFT, queue time and lengths, read (never written) as the files grow")
+                        "request's TTFT, queue time and lengths, read (never written) as the files grow; NAME=DIR "
+                        "when several servers are watched")
     _add_metrics_options(p)
     _add_prometheus_options(p)
 

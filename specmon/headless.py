@@ -29,7 +29,7 @@ from specmon.model import (
     FleetLevels,
     KneesSummary, offered_label,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelProgress, LevelStarted, Marker, RampFinished,
-    RequestFinished, Sample, SamplesTick, SessionEnded,
+    ObservedWindow, RequestFinished, Sample, SamplesTick, SessionEnded,
 )
 
 
@@ -219,6 +219,8 @@ class HeadlessPrinter:
             return f"mark: {e.label}"
         if isinstance(e, SessionEnded):
             return f"session ended: {e.reason}"
+        if isinstance(e, ObservedWindow):
+            return observed_line(e)
         return None
 
 
@@ -246,6 +248,22 @@ class HeadlessPrinter:
                 lines.append(f"    routing imbalance by level: {by_level or 'none'}")
             return "\n".join(lines)
         return None
+
+
+def observed_line(e: ObservedWindow) -> str:
+    """One window of a server's own per-request export (attach --request-metrics-dir)."""
+    def s(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.3g}s"
+
+    def n(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    line = (f"observed {e.arm}: {e.count} requests in {e.t1 - e.t0:.0f} s, TTFT p50 {s(e.ttft_p50_s)} "
+            f"p90 {s(e.ttft_p90_s)}, queue p50 {s(e.queue_p50_s)} p90 {s(e.queue_p90_s)}, "
+            f"mean in/out {n(e.mean_prompt_tokens)}/{n(e.mean_output_tokens)} tok")
+    if e.accept_length is not None:
+        line += f", accept len {e.accept_length:.2f}"
+    return line + (f" ({e.bad_lines} unreadable lines)" if e.bad_lines else "")
 
 
 def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: TextIO = sys.stdout) -> str:

@@ -726,3 +726,71 @@ class RequestFinished(Event):
 
     record: RequestRecord
 
+
+
+# --------------------------------------------------------------------------------------------
+# Requests a server reported itself (SGLang's --export-metrics-to-file; sources/request_metrics.py)
+
+OBSERVED_REQUEST_COLUMNS = [
+    "arm", "ts_read", "rid", "received_ts", "finished_ts", "ttft_s", "queue_s", "e2e_s", "prompt_tokens",
+    "output_tokens", "cached_tokens", "spec_verify_ct", "spec_accepted_drafts", "spec_proposed_drafts",
+    "spec_accept_length", "retractions", "finish_reason", "file",
+]
+
+
+@dataclass
+class ObservedRequest:
+    """One finished request as the server wrote it (traffic specmon may not have sent): its
+    exact TTFT, queue time and lengths; None where the line does not say. Stamps are the
+    server's clock (the same host's)."""
+
+    arm: str
+    ts_read: float  # when specmon read the line (its clock)
+    rid: Optional[str] = None
+    received_ts: Optional[float] = None
+    finished_ts: Optional[float] = None
+    ttft_s: Optional[float] = None
+    queue_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+    prompt_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None
+    spec_verify_ct: Optional[int] = None
+    spec_accepted_drafts: Optional[int] = None
+    spec_proposed_drafts: Optional[int] = None
+    spec_accept_length: Optional[float] = None
+    retractions: Optional[int] = None
+    finish_reason: Optional[str] = None
+    file: Optional[str] = None  # the export file's name (not its folder)
+
+
+@dataclass
+class ObservedRequestsRead(Event):
+    """The requests of one arm's export files read on one tick (observed_requests.csv rows; not
+    in events.jsonl, as RequestFinished is not)."""
+
+    arm: str
+    records: list[ObservedRequest]
+    bad_lines: int = 0  # lines of these reads that were not a request's JSON
+
+
+@dataclass
+class ObservedWindow(Event):
+    """Aggregates of one arm's observed requests read in [t0, t1) (specmon's clock): what the
+    observed operating curve consumes per window."""
+
+    arm: str
+    t0: float
+    t1: float
+    count: int
+    ttft_p50_s: Optional[float] = None
+    ttft_p90_s: Optional[float] = None
+    queue_p50_s: Optional[float] = None
+    queue_p90_s: Optional[float] = None
+    e2e_p50_s: Optional[float] = None
+    mean_prompt_tokens: Optional[float] = None
+    mean_output_tokens: Optional[float] = None
+    output_tokens: int = 0
+    accept_length: Optional[float] = None  # accepted tokens per verify step over the window
+    accept_rate: Optional[float] = None  # accepted / proposed drafts over the window
+    bad_lines: int = 0

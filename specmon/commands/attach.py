@@ -5,6 +5,10 @@ is a gateway (smg) is watched as its workers (`--gateway-metrics URL`; `--no-dis
 Read-only: only GETs (/metrics, /server_info, /v1/loads). Exit 0 when at least one server
 answered during the session; 3 when none ever did (each named with its last reason); 2 for
 bad usage (a malformed URL, a missing env var), before anything starts.
+
+`--request-metrics-dir DIR` (or NAME=DIR, repeatable): the folder a server on this host writes
+with `--export-metrics-to-file-dir`; its lines are read, never written or locked
+(sources/request_metrics.py), into observed_requests.csv and per-window aggregates.
 """
 
 from __future__ import annotations
@@ -23,11 +27,19 @@ def run(args) -> int:
     # A URL that is a gateway (smg) is watched as its fleet of workers (not with --no-discover).
     arms, gateways = gateway_fleets(arms, discover=not args.no_discover, metrics_url=args.gateway_metrics)
     fleets = prometheus + gateways
+    request_metrics = []
+    if args.request_metrics_dir:  # the export folders, checked before anything starts (exit 2)
+        from specmon.analysis.request_windows import RequestWindowFeed
+        from specmon.sources.request_metrics import sources_from_args
+
+        request_metrics = [RequestWindowFeed(s) for s in sources_from_args(args.request_metrics_dir,
+                                                                          [a.name for a in arms])]
     from specmon.session.live import LiveSession
 
     consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
-                       isl=args.isl, osl=args.osl, mode="attach", consumers=consumers, fleets=fleets)
+                       isl=args.isl, osl=args.osl, mode="attach", consumers=consumers, fleets=fleets,
+                       request_metrics=request_metrics)
     title = "specmon attach " + " ".join([a.url for a in arms] + [f.url for f in gateways]
                                          + [f"--prometheus {f.url}" for f in prometheus])
     run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)

@@ -27,7 +27,8 @@ from specmon import model
 EPOCH_COLUMNS = ("ts",)  # wall epoch seconds, to the millisecond
 # Wall epoch seconds to the microsecond (what time.time() resolves): requests.csv's stamps and
 # levels.csv's window_start. Older folders hold milliseconds there; a reader takes either.
-EPOCH_US_COLUMNS = ("t_start", "t_scheduled", "t_end", "window_start")
+EPOCH_US_COLUMNS = ("t_start", "t_scheduled", "t_end", "window_start",
+                    "ts_read", "received_ts", "finished_ts")  # (the last three: observed_requests.csv)
 
 
 # --------------------------------------------------------------------------------------------

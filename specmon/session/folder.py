@@ -9,6 +9,7 @@ with every event, in order, and nothing else writes the folder):
 | samples.csv     | SamplesTick (a row per arm, + one per DP rank), Marker (empty `arm`)|
 | gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
 | requests.csv    | RequestFinished                                                     |
+| observed_requests.csv | ObservedRequestsRead (attach --request-metrics-dir; made on the first) |
 | levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
 | session.json    | SessionStarted, ArmInfoUpdated, FleetChanged, KneeCalled(predicted),|
 |                 | RampStarted,                                                        |
@@ -44,9 +45,10 @@ from specmon import clock
 from specmon import __version__
 from specmon.errors import UsageError
 from specmon.model import (
-    GPU_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
+    GPU_COLUMNS, LEVEL_COLUMNS, OBSERVED_REQUEST_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
     FleetLevels, GpuSnapshot,
-    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, PredictedKnee, RampStarted, RequestFinished, SamplesTick,
+    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedRequestsRead, PredictedKnee, RampStarted,
+    RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
 )
 from specmon.analysis.knee import label_knee
@@ -274,6 +276,7 @@ class SessionWriter:
         self._requests = _CsvFile(self.out_dir / "requests.csv", REQUEST_COLUMNS)
         self._levels = _CsvFile(self.out_dir / "levels.csv", LEVEL_COLUMNS)
         self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
+        self._observed: Optional[_CsvFile] = None
         self._events = _AppendFile(self.out_dir / EVENTS_FILE)
         self._level_rows: list[LevelResult] = []  # levels.csv, kept to label a knee's row later
         now = clock.wall()
@@ -292,7 +295,7 @@ class SessionWriter:
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStarted: self._on_started, ArmInfoUpdated: self._on_info, SamplesTick: self._on_tick,
             KneeCalled: self._on_knee, RampStarted: self._on_ramp, RequestFinished: self._on_request,
-            FleetChanged: self._on_fleet,
+            FleetChanged: self._on_fleet, ObservedRequestsRead: self._on_observed,
             LevelFinished: self._on_level, Marker: self._on_marker, SessionEnded: self._on_ended,
         }
         self._write_meta()
@@ -306,7 +309,7 @@ class SessionWriter:
                     if isinstance(e, Marker):  # the operator's marks are kept even after the end
                         self._late_marker(e)
                     return
-                if not isinstance(e, RequestFinished):  # requests.csv is the requests' record
+                if not isinstance(e, (RequestFinished, ObservedRequestsRead)):  # their CSVs are their record
                     self._events.write_line(without_credentials(codec.encode_event(_without_secrets(e))) + "\n")
                 handler = self._handlers.get(type(e))
                 if handler is not None:
@@ -399,6 +402,11 @@ class SessionWriter:
     def _on_request(self, e: RequestFinished) -> None:
         self._requests.write(vars(e.record))
 
+    def _on_observed(self, e: ObservedRequestsRead) -> None:
+        if self._observed is None:  # only a session that reads export files has this file
+            self._observed = _CsvFile(self.out_dir / "observed_requests.csv", OBSERVED_REQUEST_COLUMNS)
+        self._observed.write_rows(vars(r) for r in e.records)
+
     def _on_level(self, e: LevelFinished) -> None:
         for r in e.results:
             self._levels.write(vars(r))
@@ -461,6 +469,7 @@ class SessionWriter:
                     self._write_meta()
                 except RecordingError as err:
                     self.error = str(err)
-            for f in (self._samples, self._requests, self._levels, self._gpus, self._events):
-                f.close()
+            for f in (self._samples, self._requests, self._levels, self._gpus, self._events, self._observed):
+                if f is not None:
+                    f.close()
             self.closed = True

@@ -46,6 +46,7 @@ from specmon.sources.simgpu import SimulatedGpuPoller, attach_simulated, with_si
 
 if TYPE_CHECKING:
     from specmon.session.ramp import RampDriver
+    from specmon.analysis.request_windows import RequestWindowFeed
 
 # The samples a ramp level's statistics read (RampHost.samples_for) are its own: in memory only
 # while a level runs, from its start, at most SAMPLES_KEPT of them across the arms (a Sample is
@@ -90,6 +91,7 @@ class LiveSession:
         panes: Optional[Sequence[str]] = None,
         consumers: Sequence[Emit] = (),
         fleets: Sequence[FleetSource] = (),
+        request_metrics: Sequence["RequestWindowFeed"] = (),
     ):
         clock.anchor()  # the session's stamps start from the system clock as it reads now
         self.arms = list(arms)
@@ -110,6 +112,8 @@ class LiveSession:
         # More consumers of the event stream (an exporter...), after the writer and the front end.
         self.consumers = list(consumers)
         self.fleets = list(fleets)
+        # --request-metrics-dir: each arm's export files, read (in a worker thread) every tick
+        self.request_metrics = list(request_metrics)
         self.last_fleets: list[FleetStatus] = []
         self._fleet_polls: dict[str, asyncio.Task] = {}
         self._fleet_task: Optional[asyncio.Task] = None
@@ -296,6 +300,12 @@ class LiveSession:
                 ramp_task.cancel()
                 await asyncio.gather(ramp_task, return_exceptions=True)
             await self._close_collectors()
+            for src in self.request_metrics:  # the lines written until now, and the last window
+                try:
+                    for ev in await asyncio.to_thread(src.close):
+                        emit(ev)
+                except Exception:
+                    pass
             if self.supervisor is not None:
                 try:
                     self.supervisor.stop()
@@ -416,6 +426,8 @@ class LiveSession:
             # The first tick also fetches /server_info (a large JSON): give it more time.
             deadline = self.interval * 0.8 if self.ticks else max(self.interval * 0.8, min(2.0, self.scrape_timeout_s))
             await self.tick(emit, deadline_s=deadline)
+            if self.request_metrics:
+                await self._read_request_metrics(emit)
             if self.writer is not None and self.writer.error is not None:
                 # The folder cannot take more (full disk): stop cleanly, rows written stay whole.
                 return f"recording failed: {self.writer.error}"
@@ -439,6 +451,12 @@ class LiveSession:
             waiters[0].cancel()
             if stop.is_set():
                 return self.stop_reason or "stopped"
+
+    async def _read_request_metrics(self, emit: Emit) -> None:
+        """The export files' new lines, as events (the reads in a thread: a slow disk never holds the loop)."""
+        for src in self.request_metrics:
+            for ev in await asyncio.to_thread(src.poll):
+                emit(ev)
 
     def _in_turn(self) -> Optional[set[str]]:
         """The gateway workers to scrape this tick (FLEET_SCRAPE_EVERY_S above); None: every arm."""

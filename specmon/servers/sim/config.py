@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fault: never listen (every connection is refused)")
     p.add_argument("--fault-503-above", type=int, default=None,
                    help="fault: answer 503 to a generation request while N or more are in flight")
+    p.add_argument("--export-metrics-to-file", action="store_true",
+                   help="one JSON line per finished request in --export-metrics-to-file-dir, as SGLang 0.5.23")
+    p.add_argument("--export-metrics-to-file-dir", default=None, help="the folder of those files")
     return p
 
 
@@ -155,6 +158,8 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         raise UsageError("--disaggregation-mode prefill serves one bootstrap port: use --workers 1")
     if not 1 <= args.disaggregation_bootstrap_port <= 65535:
         raise UsageError(f"--disaggregation-bootstrap-port must be 1 to 65535, got {args.disaggregation_bootstrap_port}")
+    if args.export_metrics_to_file and args.export_metrics_to_file_dir is None:  # SGLang's own words
+        raise UsageError("--export-metrics-to-file-dir is required when --export-metrics-to-file is enabled")
     if args.drafter:
         if args.drafter not in DRAFTERS:
             raise UsageError(f"unknown drafter {args.drafter!r}; known: {', '.join(DRAFTERS)}")

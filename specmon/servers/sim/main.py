@@ -252,6 +252,10 @@ async def _serve(cfg, socks, boot=None) -> int:
     # Warm-up: one /generate of 8 tokens each, as SGLang's launcher sends, counted in the metrics.
     for i, (st, server) in enumerate(zip(workers, servers)):
         _install_faults(st, server)
+        if args.export_metrics_to_file:  # before the warm-up: SGLang writes its line too
+            from specmon.servers.sim import export_metrics
+
+            export_metrics.install(st, args.export_metrics_to_file_dir)
         if st.metrics is not None:
             asyncio.create_task(_cpu_sampler(st.metrics))
         seed = args.seed + i

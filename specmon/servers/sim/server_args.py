@@ -44,6 +44,8 @@ def build_server_args(cfg, ph) -> dict:
         "disable_overlap_schedule": bool(spec.algorithm),
         "disable_radix_cache": bool(a.disable_radix_cache),
         "enable_cache_report": bool(a.enable_cache_report),
+        "export_metrics_to_file": bool(getattr(a, "export_metrics_to_file", False)),
+        "export_metrics_to_file_dir": getattr(a, "export_metrics_to_file_dir", None),
         "dp_size": a.dp_size,
         "enable_metrics_for_all_schedulers": bool(a.enable_metrics_for_all_schedulers),
         "disaggregation_mode": a.disaggregation_mode,

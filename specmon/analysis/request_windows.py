@@ -1,0 +1,80 @@
+"""Windows of the requests a server reported itself (sources/request_metrics.py): every window_s
+of specmon's clock, the aggregates of the records read in it (ObservedWindow: count, TTFT,
+queue time and e2e percentiles, mean lengths, acceptance). Records are grouped by when they were
+read, not by the server's stamps: a simulator's stamps run on its own (sped-up) clock, and a
+record is read within a tick of its line being written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from specmon import clock
+from specmon.analysis.stats import mean, percentiles
+from specmon.model import Event, ObservedRequest, ObservedWindow
+from specmon.sources.request_metrics import RequestMetricsSource
+
+DEFAULT_WINDOW_S = 10.0
+
+
+def window_stats(arm: str, t0: float, t1: float, records: Sequence[ObservedRequest], bad_lines: int = 0) -> ObservedWindow:
+    """The aggregates of the records read in [t0, t1)."""
+    ttft = percentiles([r.ttft_s for r in records], (50, 90))
+    queue = percentiles([r.queue_s for r in records], (50, 90))
+    e2e = percentiles([r.e2e_s for r in records], (50,))
+    spec = [r for r in records if r.spec_verify_ct and r.output_tokens is not None]
+    verify = sum(r.spec_verify_ct for r in spec)
+    drafts = [r for r in records if r.spec_proposed_drafts and r.spec_accepted_drafts is not None]
+    proposed = sum(r.spec_proposed_drafts for r in drafts)
+    return ObservedWindow(
+        arm=arm, t0=t0, t1=t1, count=len(records), ttft_p50_s=ttft[0], ttft_p90_s=ttft[1],
+        queue_p50_s=queue[0], queue_p90_s=queue[1], e2e_p50_s=e2e[0],
+        mean_prompt_tokens=mean([r.prompt_tokens for r in records]),
+        mean_output_tokens=mean([r.output_tokens for r in records]),
+        output_tokens=sum(r.output_tokens or 0 for r in records),
+        accept_length=sum(r.output_tokens for r in spec) / verify if verify else None,
+        accept_rate=sum(r.spec_accepted_drafts for r in drafts) / proposed if proposed else None,
+        bad_lines=bad_lines, ts=t1)
+
+
+@dataclass
+class _Window:
+    t0: float
+    records: list[ObservedRequest] = field(default_factory=list)
+    bad: int = 0
+
+
+class RequestWindowFeed:
+    """A source's records as events: each poll's ObservedRequestsRead, and an ObservedWindow
+    each time window_s has passed (a window with no request is one of count 0: the server was idle)."""
+
+    def __init__(self, source: RequestMetricsSource, window_s: float = DEFAULT_WINDOW_S):
+        self.source = source
+        self.arm = source.arm
+        self.window_s = window_s
+        self._window: Optional[_Window] = None
+
+    def poll(self, now: Optional[float] = None) -> list[Event]:
+        now = clock.wall() if now is None else now
+        if self._window is None:
+            self._window = _Window(t0=now)
+        read = self.source.poll(now)
+        events: list[Event] = [] if read is None else [read]
+        w = self._window
+        if now - w.t0 >= self.window_s:  # the window closes before this poll's records
+            events.append(window_stats(self.arm, w.t0, now, w.records, w.bad))
+            self._window = w = _Window(t0=now)
+        if read is not None:
+            w.records.extend(read.records)
+            w.bad += read.bad_lines
+        return events
+
+    def close(self, now: Optional[float] = None) -> list[Event]:
+        """What was appended until now, and the last (partial) window when it holds anything."""
+        now = clock.wall() if now is None else now
+        events = self.poll(now)
+        w = self._window
+        if w is not None and (w.records or w.bad):
+            events.append(window_stats(self.arm, w.t0, now, w.records, w.bad))
+        self._window = None
+        return events
