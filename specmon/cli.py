@@ -133,6 +133,8 @@ HEADLESS_HELP = "no TUI: one line per tick and the per-level table on stdout (th
 NAME_HELP = "a server under a name of your choice (repeatable); the name labels its panel and its CSV rows"
 API_KEY_HELP = "environment variable that holds the servers' API key (sent as a bearer token, never written)"
 INTERVAL_HELP = "seconds between scrapes (default 1)"
+GATEWAY_KEY_HELP = ("environment variable holding the gateway's admin key (smg 1.x asks it on /workers and "
+                    "/get_loads); sent as the bearer there, never written")
 URLS_HELP = "SGLang server (or gateway) base URL, e.g. http://127.0.0.1:30000"
 
 
@@ -237,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take every URL as one SGLang server (do not look for a gateway and its workers)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
+    p.add_argument("--gateway-key-env", default=None, metavar="VAR", help=GATEWAY_KEY_HELP)
     p.add_argument("--request-metrics-dir", action="append", default=[], metavar="[NAME=]DIR",
                    help="the folder a server on this host writes with --export-metrics-to-file-dir: each finished "
                         "request's TTFT, queue time and lengths, read (never written) as the files grow; NAME=DIR "
@@ -251,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true", help=HEADLESS_HELP)
     p.add_argument("--interval", type=_interval, default=None, metavar="S",
                    help="seconds between scrapes (default: the layout's interval_s, else 1)")
+    p.add_argument("--gateway-key-env", default=None, metavar="VAR",
+                   help=GATEWAY_KEY_HELP + "; the launched gateway is started with it as its admin key")
     _add_metrics_options(p)
 
     p = sub.add_parser("ramp", help="drive a concurrency ramp against running servers")
@@ -266,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take every URL as one SGLang server (a gateway's workers are not watched)")
     p.add_argument("--gateway-metrics", default=None, metavar="URL",
                    help="the gateway's own Prometheus metrics (smg --prometheus-port), e.g. http://HOST:29000")
+    p.add_argument("--gateway-key-env", default=None, metavar="VAR", help=GATEWAY_KEY_HELP)
     _add_ramp_options(p, levels_required=False)  # or --rates, or --search: the plan says which is missing
     p.add_argument("--trace", default=None, metavar="FILE|diurnal[:PEAK_RPS[:PERIOD_S]]",
                    help="replay a trace as one open-loop level: each request at its recorded arrival with its recorded "

@@ -216,6 +216,9 @@ class FleetStatus:
     policy: Optional[str] = None  # routing policy
     source: Optional[str] = None  # where worker figures come from: "workers" (scraped directly) | "gateway" | "prometheus"
     scrape_interval_s: Optional[float] = None  # Prometheus: the targets' scrape interval
+    # A PD gateway's own timing (smg 1.x smg_pd_*), means over its last window with requests:
+    pd_ttft_s: Optional[float] = None  # prefill dispatch to the first decode token
+    pd_prefill_s: Optional[float] = None  # the prefill phase (queueing and compute on the prefill worker)
 
 
 @dataclass
@@ -700,6 +703,7 @@ class LaunchContext:
     layout: dict[str, Any]
     layout_file: Optional[str]
     logs_dir: Optional[str]
+    gateway: Optional[dict[str, str]] = None  # a launched gateway: {"binary", "version"} of the smg that ran
 
 
 @dataclass

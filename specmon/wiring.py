@@ -111,8 +111,18 @@ def require_loopback_or_yes(arms: Sequence[ArmSpec], yes: bool) -> None:
                          "pass --yes to send it anyway")
 
 
+def gateway_key_var(name: Optional[str]) -> Optional[str]:
+    """--gateway-key-env VAR: the variable must hold the key now (its value is read, never kept)."""
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise UsageError(f"--gateway-key-env {name}: the variable is not set (expected the gateway's admin key in it)")
+    return name
+
+
 def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: Optional[str] = None,
-                   timeout_s: float = 3.0, strict: bool = True) -> tuple[list[ArmSpec], list]:
+                   timeout_s: float = 3.0, strict: bool = True,
+                   key_env: Optional[str] = None) -> tuple[list[ArmSpec], list]:
     """The arms that are SGLang servers, and a GatewayFleet for each URL that is a gateway (its
     GET /workers answers a worker registry): its workers are watched, not the gateway. A URL
     that answers as neither is exit 2, in one line (strict=False, the ramp: it stays an arm and
@@ -138,6 +148,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
 
     async def probe_all():
         return await asyncio.gather(*(probe(a.url, api_key=os.environ.get(a.api_key_env) if a.api_key_env else None,
+                                            admin_key=os.environ.get(key_env) if key_env else None,
                                             timeout_s=timeout_s) for a in arms))
 
     found = asyncio.run(probe_all()) if arms else []
@@ -145,6 +156,9 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
     for arm, p in zip(arms, found):
         if p.kind == "neither" and strict:
             raise UsageError(f"{public_url(arm.url)}: neither an SGLang server nor a gateway ({p.reason})")
+        if p.kind == "gateway" and "admin key" in p.reason:
+            raise UsageError(f"{public_url(arm.url)}: a gateway whose {p.reason}; "
+                             + ("pass --gateway-key-env VAR" if key_env is None else f"check ${key_env}"))
         (gateways if p.kind == "gateway" else kept).append(arm)
     if metrics_url is not None and len(gateways) != 1:
         raise UsageError(f"--gateway-metrics: {'no URL is a gateway' if not gateways else 'more than one gateway'}"
@@ -152,7 +166,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
     fleets = []
     for arm in gateways:
         fleets.append(GatewayFleet(arm.url, name=f"gateway {arm.name}", api_key_env=arm.api_key_env,
-                                   metrics_url=metrics_url, timeout_s=timeout_s))
+                                   admin_key_env=key_env, metrics_url=metrics_url, timeout_s=timeout_s))
         print(f"specmon: {public_url(arm.url)} is a gateway: watching the workers it lists",
               file=sys.stderr, flush=True)
     return kept, fleets
@@ -302,7 +316,8 @@ def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
 
 
 def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval: Optional[float], title: str,
-               metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1") -> int:
+               metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
+               gateway_key_env: Optional[str] = None) -> int:
     """Start the layout's servers, ramp them if it has a ramp, watch, record; stop every launched
     server at the end, whatever happened. With metrics_port, the exporter listens first."""
     from specmon.servers.launch import Supervisor
@@ -312,7 +327,7 @@ def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval
     workload = load_workload(plan) if plan is not None else None
     consumers = start_metrics(metrics_port, metrics_host)
     out_dir = Path(out) if out else default_out_dir()
-    supervisor = Supervisor(layout, out_dir)
+    supervisor = Supervisor(layout, out_dir, gateway_key_env=gateway_key_var(gateway_key_env))
     try:
         return _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title, consumers)
     finally:
@@ -335,9 +350,11 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
 
         fleets.append(GatewayFleet(supervisor.gateway.spec.url, name=supervisor.fleet_name,
                                    metrics_url=supervisor.gateway_metrics_url,
+                                   admin_key_env=supervisor.gateway_key_env,
                                    names={a.url: a.name for a in arms if a.fleet == supervisor.fleet_name}))
     context = LaunchContext(layout=_without_keys(layout.model_dump(mode="json", exclude={"source"})),
-                            layout_file=layout.source, logs_dir=str(supervisor.log_dir))
+                            layout_file=layout.source, logs_dir=str(supervisor.log_dir),
+                            gateway=supervisor.gateway_binary)
     live = LiveSession(
         arms, interval=interval or layout.interval_s, out_dir=out_dir,
         isl=plan.input_len if plan else 1024, osl=plan.output_len if plan else 256,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.wiring import (
-    arms_from_args, gateway_fleets, prometheus_fleets, require_an_answer, run_front_end, start_metrics,
+    arms_from_args, gateway_fleets, gateway_key_var, prometheus_fleets, require_an_answer, run_front_end,
+    start_metrics,
 )
 
 
@@ -25,7 +26,8 @@ def run(args) -> int:
         args.urls or args.name or args.prometheus is None) else []
     prometheus = prometheus_fleets(args.prometheus, args.selector, args.interval)  # --prometheus: workers found
     # A URL that is a gateway (smg) is watched as its fleet of workers (not with --no-discover).
-    arms, gateways = gateway_fleets(arms, discover=not args.no_discover, metrics_url=args.gateway_metrics)
+    arms, gateways = gateway_fleets(arms, discover=not args.no_discover, metrics_url=args.gateway_metrics,
+                                    key_env=gateway_key_var(args.gateway_key_env))
     fleets = prometheus + gateways
     request_metrics = []
     if args.request_metrics_dir:  # the export folders, checked before anything starts (exit 2)

@@ -21,4 +21,5 @@ def run(args) -> int:
         print(f"specmon: warning: {w}", file=sys.stderr)
     return run_layout(layout, out=args.out, headless=args.headless, interval=args.interval,
                       title=f"specmon launch {layout.name}",
-                      metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+                      metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                      gateway_key_env=args.gateway_key_env)

@@ -27,7 +27,8 @@ from specmon.errors import UsageError
 from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
-    arms_from_args, gateway_fleets, load_workload, ramp_driver, require_an_answer, require_loopback_or_yes,
+    arms_from_args, gateway_fleets, gateway_key_var, load_workload, ramp_driver, require_an_answer,
+    require_loopback_or_yes,
     run_front_end, start_metrics,
 )
 
@@ -86,7 +87,8 @@ def run(args) -> int:
     workload = load_workload(plan)  # a bad dataset is exit 2 before anything is sent
     # A gateway is loaded as one arm; its workers are the servers watched (GETs only).
     watched, fleets = gateway_fleets(arms, discover=not getattr(args, "no_discover", False),
-                                     metrics_url=getattr(args, "gateway_metrics", None), strict=False)
+                                     metrics_url=getattr(args, "gateway_metrics", None), strict=False,
+                                     key_env=gateway_key_var(getattr(args, "gateway_key_env", None)))
 
     from specmon.session.live import LiveSession
 

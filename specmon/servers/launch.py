@@ -381,6 +381,7 @@ class LaunchedArm:
     starts: int = 0
     stopping: bool = False
     extra_argv: list[str] = field(default_factory=list)  # after the flags (a gateway's workers, a sim's model folder)
+    extra_secrets: list[str] = field(default_factory=list)  # credentials the supervisor itself put in argv
     ready_check: Optional[Callable] = None  # async (client, url) -> bool; default GET /health is 200
     ready_detail: str = "/health 200"
     reader: Optional[threading.Thread] = None
@@ -442,7 +443,7 @@ class Supervisor:
     """Starts, watches, restarts and stops the launched arms of a layout (attached arms pass through)."""
 
     def __init__(self, layout: Layout, out_dir: Path, *, grace_s: float = 10.0,
-                 env: Optional[dict[str, str]] = None):
+                 env: Optional[dict[str, str]] = None, gateway_key_env: Optional[str] = None):
         self.layout = layout
         self.out_dir = Path(out_dir)
         self.grace_s = grace_s
@@ -473,6 +474,9 @@ class Supervisor:
             )
         self.gateway: Optional[LaunchedArm] = None
         self.gateway_metrics_url: Optional[str] = None
+        # the variable holding the admin key the launched gateway asks on its worker routes
+        self.gateway_key_env = gateway_key_env
+        self.gateway_binary: Optional[dict[str, str]] = None  # {"binary", "version"}: which smg ran
         self._behind: list[str] = []  # the arms behind the gateway
         if layout.gateway is not None:
             self._plan_gateway(layout, taken)
@@ -517,7 +521,9 @@ class Supervisor:
         flags = {"policy": g.policy, "worker_startup_check_interval": 1, "shutdown_grace_period_secs": 5,
                  **g.flags, "prometheus_host": g.host, "prometheus_port": mport}
         env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1", **g.env}
-        spec = LaunchSpec(flags=flags, env=env, host=g.host, port=port, command=g.command or _smg_command(),
+        command = g.command or _smg_command()
+        self.gateway_binary = {"binary": command[0], "version": smg_version(command[0], env={**self.base_env, **env})}
+        spec = LaunchSpec(flags=flags, env=env, host=g.host, port=port, command=command,
                           startup_timeout_s=g.startup_timeout_s)
         arm = ArmLayout(name=g.name, launch=spec)
         self.gateway = LaunchedArm(
@@ -562,10 +568,22 @@ class Supervisor:
             self._fail(g, "no worker behind it came up: " + "; ".join(
                 f"{n}: {self.launched[n].cause or 'failed'}" for n in self._behind if n in self.launched))
             return
-        g.extra_argv = workers
+        key = self.base_env.get(self.gateway_key_env) if self.gateway_key_env else None
+        # smg takes its control-plane keys on the command line only: the key is in its argv (the
+        # log's command line and every line it prints have it as ***), never in a file of ours
+        g.extra_argv = workers + (["--control-plane-api-keys", f"specmon:specmon:admin:{key}"] if key else [])
+        g.extra_secrets = [key] if key else []
         expected = {a.url for a in self.arms if a.name in self._behind and a.url in workers}
-        g.ready_check = lambda client, url: _gateway_lists(client, url, expected)
+        g.ready_check = lambda client, url: _gateway_lists(client, url, expected, key)
         g.ready_detail = f"/workers lists its {len(expected)} worker{'s' if len(expected) != 1 else ''} healthy"
+        ran = self.gateway_binary or {}
+        said = f"[specmon] gateway: {ran.get('binary')} ({ran.get('version')})"
+        try:
+            with open(g.log_path, "ab") as log:
+                log.write(f"----- specmon: {said[10:]}\n".encode())
+        except OSError:
+            pass
+        self._post(LogLine(arm=g.name, line=said))
         await self._start_arm(g)
 
     def gpu_indices(self) -> dict[str, list[int]]:
@@ -665,7 +683,7 @@ class Supervisor:
         a.env = build_env(a.layout, self.base_env)
         base = build_argv(self.layout, a.layout, a.port, a.env)
         a.argv = base + a.extra_argv
-        a.secrets = secrets_of(a.layout, a.argv, a.env)
+        a.secrets = sorted(set(secrets_of(a.layout, a.argv, a.env)) | set(a.extra_secrets), key=len, reverse=True)
         self._set_phase(a, lp.PHASE_STARTING, " ".join(base[-2:]))
         try:
             log = open(a.log_path, "ab", buffering=0)
@@ -840,10 +858,10 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
         return None
 
 
-async def _gateway_lists(client: httpx.AsyncClient, url: str, expected: set[str]) -> bool:
+async def _gateway_lists(client: httpx.AsyncClient, url: str, expected: set[str], key: Optional[str] = None) -> bool:
     """A gateway is ready when its registry (GET /workers) lists every expected worker healthy."""
     try:
-        r = await client.get(url + "/workers")
+        r = await client.get(url + "/workers", headers={"Authorization": f"Bearer {key}"} if key else None)
         listed = r.json().get("workers", []) if r.status_code == 200 else []
     except (httpx.HTTPError, ValueError, AttributeError):
         return False
@@ -853,11 +871,24 @@ async def _gateway_lists(client: httpx.AsyncClient, url: str, expected: set[str]
 
 
 def _smg_command() -> list[str]:
-    """`smg launch`: the smg installed beside this Python (the sglang-router package), else on PATH."""
+    """`smg launch`: the first smg on PATH (an operator's newer gateway wins), else the one installed
+    beside this Python (the dev extra's smg), else the bare name (its start fails with the cause)."""
     import shutil
 
     here = Path(sys.executable).parent / "smg"
-    return [str(here) if here.is_file() else (shutil.which("smg") or "smg"), "launch"]
+    found = shutil.which("smg")
+    return [str(Path(found).resolve()) if found else (str(here) if here.is_file() else "smg"), "launch"]
+
+
+def smg_version(binary: str, env: Optional[dict[str, str]] = None) -> str:
+    """What `smg --version` says (`smg 1.13.0`; sglang-router: `sgl-model-gateway 0.3.2`), or why not."""
+    try:
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, env=env,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({type(e).__name__})"
+    lines = (p.stdout or p.stderr or "").strip().splitlines()
+    return lines[0][:120] if p.returncode == 0 and lines else f"unknown (--version exited {p.returncode})"
 
 
 async def _health_ok(client: httpx.AsyncClient, url: str) -> bool:

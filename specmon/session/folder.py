@@ -134,6 +134,7 @@ class SessionMeta:
     layout: Optional[dict[str, Any]] = None
     layout_file: Optional[str] = None
     logs_dir: Optional[str] = None
+    gateway: Optional[dict[str, str]] = None  # launch mode: which smg binary ran the gateway, its version
     events_file: Optional[str] = None  # events.jsonl when this session stored its event log
 
     def arm(self, name: str) -> Optional[ArmMeta]:
@@ -327,6 +328,7 @@ class SessionWriter:
         if e.launch is not None:
             self.meta.layout, self.meta.layout_file, self.meta.logs_dir = (
                 e.launch.layout, e.launch.layout_file, e.launch.logs_dir)
+            self.meta.gateway = e.launch.gateway
         self._write_meta()
 
     def _on_info(self, e: ArmInfoUpdated) -> None:

@@ -57,8 +57,17 @@ JSON_MAX_BYTES = 8 * 2**20
 METRICS_MAX_BYTES = 32 * 2**20
 ROLES = ("regular", "prefill", "decode")
 CIRCUIT = {0: "closed", 1: "open", 2: "half_open"}
+# smg 1.x re-exports each worker's load, per DP rank, as its load monitor last read it (labels
+# worker, model, dp_rank): what stands in for a worker specmon cannot reach, from the one scrape
+ENGINE_SERIES = {"smg_engine_running_requests": "running", "smg_engine_waiting_requests": "waiting",
+                 "smg_engine_token_usage": "token_usage", "smg_engine_gen_throughput": "gen_tok_s"}
+# smg 1.x's PD timing, histograms only a PD gateway sees (seconds): their _sum and _count
+PD_SERIES = {"smg_pd_ttft_seconds": "ttft", "smg_pd_prefill_duration_seconds": "prefill",
+             "smg_pd_decode_ttft_seconds": "decode_ttft", "smg_pd_kv_transfer_duration_seconds": "kv_transfer"}
 _READ_SERIES = frozenset(("smg_router_requests_total", "smg_worker_requests_active", "smg_worker_health",
-                          "smg_worker_cb_state", "smg_worker_selection_total"))  # what parse_gateway_metrics reads
+                          "smg_worker_cb_state", "smg_worker_selection_total", *ENGINE_SERIES,
+                          *(n + "_sum" for n in PD_SERIES), *(n + "_count" for n in PD_SERIES)))
+# what parse_gateway_metrics reads
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,7 +174,9 @@ def parse_registry(d: Any) -> Optional[list[RegistryWorker]]:
         role = role.strip().lower() if isinstance(role, str) and role.strip() else "regular"
         role = role[:32] if role.isprintable() else "regular"
         healthy = e.get("is_healthy") if isinstance(e.get("is_healthy"), bool) else None
-        meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else {}
+        # sglang-router 0.3.x keeps the worker's facts under "metadata", smg 1.x under "labels"
+        meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else (
+            e.get("labels") if isinstance(e.get("labels"), dict) else {})
         w = by_url.get(url)
         if w is None:
             w = by_url[url] = RegistryWorker(
@@ -211,9 +222,37 @@ class WorkerLoad:
     gen_tok_s_gauge: Optional[float] = None
 
 
+def _rank_of(r: dict, i: int) -> tuple[RankReading, Optional[float]]:
+    """One /v1/loads-shaped entry (a DP rank): its reading and its generation tok/s gauge."""
+    used, cap = _count(r.get("num_used_tokens")), _count(r.get("max_total_num_tokens"))
+    k = _count(r.get("dp_rank"))
+    return RankReading(
+        dp_rank=k if k is not None else i, running_reqs=_count(r.get("num_running_reqs")),
+        queued_reqs=_count(r.get("num_waiting_reqs")), kv_used_tokens=used, kv_capacity_tokens=cap or None,
+        kv_usage=kv_usage_of(_rate(r.get("token_usage")), used, cap)), _rate(r.get("gen_throughput"))
+
+
 def parse_loads(d: Any) -> dict[str, WorkerLoad]:
-    """/get_loads: worker base URL -> its WorkerLoad (several entries of one worker: summed)."""
+    """/get_loads: worker base URL -> its WorkerLoad (several entries of one worker: summed).
+    sglang-router 0.3.x: `{"workers": [{"worker", "load", "details"?}]}`; smg 1.x: one entry per
+    worker and DP rank, `{"loads": [{"worker", "worker_type", "dp_rank", "num_running_reqs", ...}]}`
+    (no token load of its own: the ranks are the figures)."""
     out: dict[str, WorkerLoad] = {}
+    if isinstance(d, dict) and isinstance(d.get("loads"), list) and not isinstance(d.get("workers"), list):
+        gens: dict[str, list] = {}
+        for i, e in enumerate(d["loads"][:100_000]):
+            if not isinstance(e, dict) or not isinstance(e.get("worker"), str):
+                continue
+            url = base_url(e["worker"])
+            if url is None:
+                continue
+            w = out.setdefault(url, WorkerLoad(load=None))
+            rank, gen = _rank_of(e, len(w.ranks))
+            w.ranks.append(rank)
+            gens.setdefault(url, []).append(gen)
+        for url, g in gens.items():
+            out[url].gen_tok_s_gauge = sum(g) if all(x is not None for x in g) else None
+        return out
     rows = d.get("workers") if isinstance(d, dict) else None
     if not isinstance(rows, list):
         return out
@@ -233,14 +272,9 @@ def parse_loads(d: Any) -> dict[str, WorkerLoad]:
             for i, r in enumerate(details["loads"][:4096]):
                 if not isinstance(r, dict):
                     continue
-                used, cap = _count(r.get("num_used_tokens")), _count(r.get("max_total_num_tokens"))
-                k = _count(r.get("dp_rank"))
-                ranks.append(RankReading(
-                    dp_rank=k if k is not None else i, running_reqs=_count(r.get("num_running_reqs")),
-                    queued_reqs=_count(r.get("num_waiting_reqs")), kv_used_tokens=used,
-                    kv_capacity_tokens=cap or None,
-                    kv_usage=kv_usage_of(_rate(r.get("token_usage")), used, cap)))
-                gens.append(_rate(r.get("gen_throughput")))
+                rank, g = _rank_of(r, i)
+                ranks.append(rank)
+                gens.append(g)
             gen = sum(gens) if gens and all(g is not None for g in gens) else None
         prev = out.get(url)
         if prev is None:
@@ -262,6 +296,10 @@ class GatewayMetrics:
     policies: list[str] = field(default_factory=list)
     workers: set[str] = field(default_factory=set)  # workers with a live health series (whose metrics these are)
     is_gateway: bool = False  # any smg_ series at all
+    # smg_engine_*: worker base URL -> DP rank -> {"running"|"waiting"|"token_usage"|"gen_tok_s": value}
+    engine: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    # smg_pd_*: "ttft"|"prefill"|... -> (sum of seconds, count), summed over their label sets
+    pd: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def parse_gateway_metrics(text: str) -> GatewayMetrics:
@@ -294,8 +332,20 @@ def parse_gateway_metrics(text: str) -> GatewayMetrics:
             if p and p not in m.policies and len(m.policies) < 8:
                 m.policies.append(p[:64])
             continue
+        if name.startswith("smg_pd_"):
+            base, _, part = name.rpartition("_")
+            key = PD_SERIES.get(base)
+            if key is not None and part in ("sum", "count") and math.isfinite(value) and value >= 0:
+                total, n = m.pd.get(key, (0.0, 0.0))
+                m.pd[key] = (total + value, n) if part == "sum" else (total, n + value)
+            continue
         url = base_url(labels.get("worker", "")) if "worker" in labels else None
         if url is None or not math.isfinite(value):
+            continue
+        if name in ENGINE_SERIES:
+            rank = _count(labels.get("dp_rank", "0") or "0")
+            if rank is not None and value >= 0 and len(m.engine) < 100_000:
+                m.engine.setdefault(url, {}).setdefault(rank, {})[ENGINE_SERIES[name]] = value
             continue
         if name == "smg_worker_requests_active":
             if value >= 0:
@@ -311,6 +361,25 @@ def parse_gateway_metrics(text: str) -> GatewayMetrics:
     # The counter appears with the first routed request: readable metrics without it routed none yet.
     m.routed_total = sum(routed) if routed else (0.0 if m.is_gateway else None)
     return m
+
+
+def engine_sample(name: str, w: RegistryWorker, engine: dict[int, dict[str, float]], now: float) -> Sample:
+    """A worker's Sample from smg 1.x's smg_engine_* series (one scrape of the gateway's metrics
+    port): running and waiting requests and KV usage per DP rank, generation tok/s summed. No
+    token counts: the gateway re-exports the usage ratio only."""
+    ranks = [RankReading(dp_rank=k, running_reqs=_count(v.get("running")), queued_reqs=_count(v.get("waiting")),
+                         kv_usage=kv_usage_of(_rate(v.get("token_usage")), None, None))
+             for k, v in sorted(engine.items())]
+    gens = [_rate(v.get("gen_tok_s")) for v in engine.values()]
+    s = Sample(ts=now, arm=name, up=True, state="up", source="gateway", worker=w.url, role=w.role,
+               gen_tok_s_gauge=sum(gens) if gens and all(g is not None for g in gens) else None)
+    if len(ranks) > 1 or (w.dp_size or 1) > 1:
+        with_ranks(s, ranks)
+    else:
+        r = ranks[0]
+        s.running_reqs, s.queued_reqs, s.kv_usage = r.running_reqs, r.queued_reqs, r.kv_usage
+    s.reason = "from the gateway's smg_engine_* series"
+    return s
 
 
 def _sample_line(line: str) -> tuple[Optional[str], dict[str, str], float]:
@@ -484,7 +553,7 @@ class Probe:
     reason: str = ""
 
 
-async def probe(url: str, *, api_key: Optional[str] = None, timeout_s: float = 3.0,
+async def probe(url: str, *, api_key: Optional[str] = None, admin_key: Optional[str] = None, timeout_s: float = 3.0,
                 transport: Optional[httpx.AsyncBaseTransport] = None) -> Probe:
     """What answers at url, by GETs only: a gateway (its /workers is a registry), an SGLang server
     (/server_info is a JSON object, /v1/loads lists loads or /metrics has SGLang's series),
@@ -494,11 +563,20 @@ async def probe(url: str, *, api_key: Optional[str] = None, timeout_s: float = 3
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     c = _Http(base, timeout_s, transport)
     try:
-        status, body, problem = await c.get(base + REGISTRY_PATH, headers, JSON_MAX_BYTES)
+        key = admin_key or api_key
+        status, body, problem = await c.get(base + REGISTRY_PATH, {"Authorization": f"Bearer {key}"} if key else {},
+                                            JSON_MAX_BYTES)
         if status is None:
             return Probe("unreachable", problem)
         if status == 200 and parse_registry(_json(body)) is not None:
             return Probe("gateway")
+        if status in (401, 403):
+            # smg 1.x: /workers wants the admin key, its /readiness (open) says it is a gateway
+            r_status, r_body, _ = await c.get(base + READINESS_PATH, {}, JSON_MAX_BYTES)
+            r = _json(r_body) if r_status in (200, 503) else None
+            if isinstance(r, dict) and "total_workers" in r:
+                return Probe("gateway", f"{REGISTRY_PATH} answered HTTP {status}: it wants the admin key"
+                                        + (" (the one given is not taken)" if admin_key else ""))
         seen = [f"{REGISTRY_PATH} {status}"]
         for path in ("/server_info", "/get_server_info", "/v1/loads", "/metrics"):
             status, body, problem = await c.get(base + path, headers, METRICS_MAX_BYTES)
@@ -542,7 +620,7 @@ class GatewayFleet:
     kind = "gateway"
 
     def __init__(self, url: str, *, name: Optional[str] = None, metrics_url: Optional[str] = None,
-                 api_key_env: Optional[str] = None, timeout_s: float = 3.0, engine_metrics_every_s: float = 10.0,
+                 api_key_env: Optional[str] = None, admin_key_env: Optional[str] = None, timeout_s: float = 3.0, engine_metrics_every_s: float = 10.0,
                  discover_metrics: bool = True, transport: Optional[httpx.AsyncBaseTransport] = None,
                  names: Optional[dict[str, str]] = None):
         self.url = url.rstrip("/")
@@ -550,6 +628,9 @@ class GatewayFleet:
         self.names = {k.rstrip("/"): v for k, v in (names or {}).items()}
         self.name = name or f"gateway {worker_name(self.url)}"
         self.api_key_env = api_key_env
+        # the variable holding the admin key smg 1.x asks on its worker routes (/workers, /get_loads);
+        # read at each request, never kept or written
+        self.admin_key_env = admin_key_env
         self.timeout_s = timeout_s
         self.metrics_url = metrics_url.rstrip("/") if metrics_url else None
         if self.metrics_url and not urlsplit(self.metrics_url).path:
@@ -569,13 +650,16 @@ class GatewayFleet:
         self._engine: dict[str, tuple[float, Sample]] = {}  # worker URL -> (when, its Sample from /engine_metrics)
         self._collectors: dict[str, ArmCollector] = {}  # windows for /engine_metrics rates and percentiles
         self._routed_prev: Optional[tuple[float, float]] = None
+        self._pd_prev: dict[str, tuple[float, float]] = {}  # smg_pd_* (sum, count) at the last poll
+        self._pd_mean: dict[str, Optional[float]] = {}  # their mean over the last window with requests
         self._registry_read: Optional[tuple[bytes, list[RegistryWorker]]] = None  # the last /workers body, read
         self._http = _Http(self.url, timeout_s, transport)
         self._transport = transport
         self.polls = 0
 
     def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        key = os.environ.get(self.admin_key_env) if self.admin_key_env else None
+        key = key or (os.environ.get(self.api_key_env) if self.api_key_env else None)
         return {"Authorization": f"Bearer {key}"} if key and key.isascii() else {}
 
     async def aclose(self) -> None:
@@ -608,6 +692,9 @@ class GatewayFleet:
             self._registry_read = (reg_body, registry) if registry is not None else None
         if registry is None:
             why = reg_problem or (f"HTTP {reg_status}" if reg_status != 200 else "not a worker registry")
+            if reg_status in (401, 403):
+                why += (" (the gateway wants its admin key: --gateway-key-env VAR)" if not self.admin_key_env
+                        else f" (the key in ${self.admin_key_env} is not one it takes)")
             return FleetReading(status=FleetStatus(name=self.name, kind="gateway", url=self.url, up=False,
                                                    reason=f"{REGISTRY_PATH}: {why}", source="workers"),
                                 scrape_workers=True)
@@ -663,6 +750,8 @@ class GatewayFleet:
                 routed = (gm.routed_total - self._routed_prev[1]) / (now - self._routed_prev[0])
             self._routed_prev = (now, gm.routed_total)
 
+        pd_s = self._pd_window(gm.pd) if gm is not None and gm.pd else {}
+
         specs, statuses, samples = [], [], {}
         taken: set[str] = set()
         for w in registry:
@@ -677,7 +766,7 @@ class GatewayFleet:
                 # the gauge appears with the worker's first routed request: a live worker without it has none
                 active_requests=(gm.active.get(w.url, 0 if w.url in gm.workers else None)) if gm else None,
                 circuit=gm.circuit.get(w.url) if gm else None))
-            s = self._worker_sample(name, w, loads.get(w.url), now)
+            s = self._worker_sample(name, w, loads.get(w.url), now, gm.engine.get(w.url) if gm else None)
             if s is not None:
                 samples[name] = s
         healthy = ready.healthy
@@ -689,15 +778,30 @@ class GatewayFleet:
         status = FleetStatus(
             name=self.name, kind="gateway", url=self.url, up=True, reason="; ".join(reasons) or None,
             workers=statuses, healthy=healthy, total=total, routed_req_s=routed,
-            policy=", ".join(gm.policies) if gm and gm.policies else None, source="workers")
+            policy=", ".join(gm.policies) if gm and gm.policies else None, source="workers",
+            pd_ttft_s=pd_s.get("ttft"), pd_prefill_s=pd_s.get("prefill"))
         for gone in set(self._collectors) - {w.url for w in registry}:
             await self._collectors.pop(gone).aclose()
             self._engine.pop(gone, None)
         return FleetReading(status=status, workers=specs, samples=samples, scrape_workers=True)
 
-    def _worker_sample(self, name: str, w: RegistryWorker, load: Optional[WorkerLoad], now: float) -> Optional[Sample]:
+    def _pd_window(self, pd: dict[str, tuple[float, float]]) -> dict[str, Optional[float]]:
+        """Each smg_pd_* histogram's mean over the polls since the last: (Δsum / Δcount); a window
+        without requests keeps the last mean shown (a PD gateway between bursts)."""
+        for key, (total, n) in pd.items():
+            prev = self._pd_prev.get(key)
+            if prev is not None and n > prev[1] and total >= prev[0]:
+                self._pd_mean[key] = (total - prev[0]) / (n - prev[1])
+            elif prev is None or n < prev[1]:  # first sight, or the gateway restarted
+                self._pd_mean.setdefault(key, total / n if n > 0 else None)
+            self._pd_prev[key] = (total, n)
+        return self._pd_mean
+
+    def _worker_sample(self, name: str, w: RegistryWorker, load: Optional[WorkerLoad], now: float,
+                       engine: Optional[dict[int, dict[str, float]]] = None) -> Optional[Sample]:
         """The gateway's reading of one worker, for a tick when specmon cannot reach it itself:
-        its share of /engine_metrics (newest within two periods), else the loads fan-out."""
+        its share of /engine_metrics (newest within two periods), else the loads fan-out (smg 1.x:
+        per DP rank), else smg 1.x's smg_engine_* series from the scrape of its Prometheus port."""
         eng = self._engine.get(w.url)
         if eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s:
             s = eng[1]
@@ -705,6 +809,8 @@ class GatewayFleet:
             out.stale_s = round(now - eng[0], 3)
             out.reason = "from the gateway's /engine_metrics"
             return out
+        if (load is None or (load.load is None and not load.ranks)) and engine:
+            return engine_sample(name, w, engine, now)
         if load is None:
             return None
         if load.load is None and not load.ranks:

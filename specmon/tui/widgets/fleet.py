@@ -76,6 +76,9 @@ class FleetHeader(StyledWidget):
             items.append(Text(f"{f.routed_req_s:.1f} req/s routed", style=self.st("unit")))
         if f.policy:
             items.append(Text(f"policy {f.policy}", style=self.st("unit")))
+        if f.pd_ttft_s is not None:  # a PD gateway's own timing (smg_pd_*)
+            prefill = f" (prefill {f.pd_prefill_s * 1e3:,.0f} ms)" if f.pd_prefill_s is not None else ""
+            items.append(Text(f"PD TTFT {f.pd_ttft_s * 1e3:,.0f} ms{prefill}", style=self.st("unit")))
         if f.scrape_interval_s is not None:
             items.append(Text(f"scraped every {f.scrape_interval_s:g} s", style=self.st("unit")))
         elif self._in_turn(f):
