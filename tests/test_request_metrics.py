@@ -198,3 +198,31 @@ def test_bad_flag_values_are_one_line(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith(f"specmon: error: --request-metrics-dir {tmp_path / 'nope'}: not a folder")
+
+
+def test_session_folder_records_and_reads_back_observed_requests(tmp_path):
+    from specmon.model import SessionEnded, SessionStarted
+    from specmon.session.folder import EVENTS_FILE, SessionWriter, read_observed_requests
+
+    read = RequestMetricsSource("a", _copy(NGRAM, tmp_path), from_start=True).poll(now=1796470000.123456)
+    out = tmp_path / "session"
+    w = SessionWriter(out)
+    w(SessionStarted(mode="attach", arms=[], interval_s=1.0, isl=1, osl=1))
+    assert not (out / "observed_requests.csv").exists()  # only a session that reads export files has it
+    w(read)
+    w(window_stats("a", 0.0, 1.0, read.records))
+    w(SessionEnded(reason="done"))
+    w.close()
+    back = read_observed_requests(out)
+    assert len(back) == len(read.records)
+    for b, r in zip(back, read.records):  # stamps to the microsecond, latencies to 6 digits, counts exact
+        for name, v in vars(r).items():
+            got = getattr(b, name)
+            if name.endswith("_ts") or name == "ts_read":
+                assert got == pytest.approx(v, abs=2e-6), name
+            elif isinstance(v, float):
+                assert got == pytest.approx(v, rel=1e-5), name
+            else:
+                assert got == v, name
+    events = (out / EVENTS_FILE).read_text()
+    assert "ObservedWindow" in events and "ObservedRequestsRead" not in events  # the CSV is their record

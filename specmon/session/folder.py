@@ -47,7 +47,8 @@ from specmon.errors import UsageError
 from specmon.model import (
     GPU_COLUMNS, LEVEL_COLUMNS, OBSERVED_REQUEST_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
     FleetLevels, GpuSnapshot,
-    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedRequestsRead, PredictedKnee, RampStarted,
+    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedRequest, ObservedRequestsRead, PredictedKnee,
+    RampStarted,
     RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
 )
@@ -154,6 +155,22 @@ class SessionMeta:
         if not isinstance(meta.arms, list) or not all(isinstance(a, ArmMeta) for a in meta.arms):
             raise UsageError(f"{where}: 'arms': expected a list of arm objects")
         return meta
+
+
+def read_observed_requests(folder: Path) -> list[ObservedRequest]:
+    """observed_requests.csv back as typed records ([] for a session that read no export files);
+    a row that is not one is a UsageError naming the file and line."""
+    path = Path(folder) / "observed_requests.csv"
+    if not path.exists():
+        return []
+    out: list[ObservedRequest] = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for i, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                out.append(codec.from_row(ObservedRequest, row))
+            except (codec.CellError, TypeError) as e:  # TypeError: a required cell (arm, ts_read) empty
+                raise UsageError(f"{path}:{i}: {e}; expected a specmon observed_requests.csv row") from None
+    return out
 
 
 def read_meta(folder: Path) -> SessionMeta:
