@@ -60,6 +60,7 @@ def test_trace_replayed_by_ramp_is_observed_by_attach(tmp_path):
     assert len(sent) == len(reqs) and all(r["status"] == "ok" for r in sent)
     assert len(seen) == len(sent)  # every request the trace sent, observed once (the warm-up was before)
     assert len({r["rid"] for r in seen}) == len(seen)
+    assert {r["rid"] for r in seen} == {r["rid"] for r in sent}  # the server's rid joins the two records
     assert Counter((int(r["prompt_tokens"]), int(r["output_tokens"])) for r in seen) == \
         Counter((r["input_len"], r["output_len"]) for r in reqs)
     assert all(float(r["ttft_s"]) > 0 and float(r["queue_s"]) >= 0 for r in seen)
