@@ -88,3 +88,22 @@ def test_diurnal_pattern_sends_its_seeded_schedule(tmp_path):
     assert {(int(r["prompt_tokens"]), int(r["output_tokens"])) for r in sent} == {(32, 4)}
     meta = json.loads((tmp_path / "ramp" / "session.json").read_text())
     assert json.dumps(meta).count("diurnal:8:60") >= 1
+
+
+def test_mooncake_hash_blocks_reach_the_servers_prefix_cache(tmp_path):
+    """Two requests whose first two 512-token blocks are the same ids: the server finds the
+    second's 1,024 shared tokens in its radix cache; a request of other blocks finds none."""
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1100, "output_length": 4, "hash_ids": [10, 11, 12]}\n'
+                     '{"timestamp": 2000, "input_length": 1600, "output_length": 4, "hash_ids": [10, 11, 13, 14]}\n'
+                     '{"timestamp": 4000, "input_length": 600, "output_length": 4, "hash_ids": [20, 21]}\n')
+    with start_sim("--enable-metrics", speed=20) as sim:
+        ramp = subprocess.run([sys.executable, "-m", "specmon", "ramp", sim.url, "--trace", str(trace), "--settle", "0",
+                               "--headless", "--out", str(tmp_path / "ramp")], cwd=str(REPO), capture_output=True,
+                              text=True, timeout=180)
+    assert ramp.returncode == 0, ramp.stdout[-2000:] + ramp.stderr[-2000:]
+    rows = sorted(_rows(tmp_path / "ramp" / "requests.csv"), key=lambda r: float(r["t_scheduled"]))
+    assert [int(r["prompt_tokens"]) for r in rows] == [1100, 1600, 600]
+    cached = [int(r["cached_tokens"] or 0) for r in rows]
+    assert cached[0] == 0 and cached[2] == 0
+    assert 1024 - 16 <= cached[1] <= 1024  # the two shared blocks (the radix match stops short of a page)
