@@ -193,6 +193,8 @@ def test_bad_flag_values_are_one_line(tmp_path):
     with pytest.raises(UsageError, match="no server is named 'c'"):
         sources_from_args([f"c={d}"], ["a", "b"])
     assert [s.arm for s in sources_from_args([f"b={d}"], ["a", "b"])] == ["b"]
+    with pytest.raises(UsageError, match="needs the URL of the server that writes it"):
+        sources_from_args([str(d)], [])
     p = subprocess.run([sys.executable, "-m", "specmon", "attach", "http://127.0.0.1:9", "--headless",
                         "--duration", "1", "--request-metrics-dir", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=60)

@@ -189,6 +189,8 @@ def sources_from_args(values: Sequence[str], arm_names: Sequence[str]) -> list[R
         name, sep, path = v.partition("=")
         if not sep or (name not in arm_names and Path(v).exists()):
             name, path = "", v
+        if not arm_names:
+            raise UsageError(f"--request-metrics-dir {v}: needs the URL of the server that writes it (attach URL ...)")
         if not name:
             if len(arm_names) != 1:
                 raise UsageError(f"--request-metrics-dir {v}: {len(arm_names)} servers are watched; "
