@@ -228,3 +228,29 @@ def test_session_folder_records_and_reads_back_observed_requests(tmp_path):
                 assert got == v, name
     events = (out / EVENTS_FILE).read_text()
     assert "ObservedWindow" in events and "ObservedRequestsRead" not in events  # the CSV is their record
+
+
+def test_occupancy_from_the_servers_own_stamps_matches_a_step_count():
+    """The time-weighted running and queued counts of a window, against counting the requests in
+    each state at every millisecond of it."""
+    import random
+
+    from specmon.analysis.request_windows import occupancy
+    from specmon.model import ObservedRequest
+
+    rng = random.Random(5)
+    recs = []
+    for k in range(60):
+        rx = rng.uniform(0, 20)
+        q = rng.choice([0.0, rng.uniform(0, 2)])
+        recs.append(ObservedRequest(arm="a", ts_read=0.0, received_ts=rx, queue_s=q,
+                                    finished_ts=rx + q + rng.uniform(0.1, 4), output_tokens=k))
+    t0, t1 = 5.0, 15.0
+    occ = occupancy(recs, t0, t1)
+    steps = [t0 + (i + 0.5) / 1000 for i in range(int((t1 - t0) * 1000))]
+    running = sum(sum(1 for r in recs if r.received_ts + r.queue_s <= t < r.finished_ts) for t in steps) / len(steps)
+    queued = sum(sum(1 for r in recs if r.received_ts <= t < r.received_ts + r.queue_s) for t in steps) / len(steps)
+    assert occ.running == pytest.approx(running, abs=0.01) and occ.queued == pytest.approx(queued, abs=0.01)
+    ended = [r for r in recs if t0 <= r.finished_ts < t1]
+    assert occ.finished == len(ended) and occ.output_tok_s == pytest.approx(sum(r.output_tokens for r in ended) / 10)
+    assert occupancy([ObservedRequest(arm="a", ts_read=0.0)], 0, 1) is None and occupancy(recs, 3, 3) is None

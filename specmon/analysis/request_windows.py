@@ -78,3 +78,46 @@ class RequestWindowFeed:
             events.append(window_stats(self.arm, w.t0, now, w.records, w.bad))
         self._window = None
         return events
+
+
+@dataclass
+class Occupancy:
+    """Time-weighted requests in [t0, t1) of the server's clock, from its own per-request stamps:
+    `running` from admission (received + queue time) to finish, `queued` from receipt to
+    admission; `finished` and `output_tokens` of the requests that ended in it. Complete only for
+    a window every overlapping request of which has finished (a later line may still add to it)."""
+
+    t0: float
+    t1: float
+    running: float
+    queued: float
+    finished: int
+    output_tokens: int
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / (self.t1 - self.t0)
+
+
+def occupancy(records: Sequence[ObservedRequest], t0: float, t1: float) -> Optional[Occupancy]:
+    """The exact operating point of [t0, t1) from the records (None for an empty span or when no
+    record carries the stamps: received_ts, finished_ts and queue_s)."""
+    if t1 <= t0:
+        return None
+    span = t1 - t0
+    run = queue = 0.0
+    finished = tokens = 0
+    known = False
+    for r in records:
+        if r.received_ts is None or r.finished_ts is None or r.queue_s is None:
+            continue
+        known = True
+        admitted = min(r.received_ts + r.queue_s, r.finished_ts)
+        queue += max(0.0, min(admitted, t1) - max(r.received_ts, t0))
+        run += max(0.0, min(r.finished_ts, t1) - max(admitted, t0))
+        if t0 <= r.finished_ts < t1:
+            finished += 1
+            tokens += r.output_tokens or 0
+    if not known:
+        return None
+    return Occupancy(t0=t0, t1=t1, running=run / span, queued=queue / span, finished=finished, output_tokens=tokens)
