@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from specmon.bounds import MAX_TOKENS
 from specmon.errors import UsageError
@@ -393,7 +393,3 @@ def warn_skipped(tr: Trace, emit_line) -> None:
         emit_line(f"specmon: warning: skipped {w}")
     if tr.skipped:
         emit_line(f"specmon: warning: {len(tr.skipped)} bad line(s) skipped in {tr.source}")
-
-
-def offsets(tr: Trace) -> Sequence[float]:
-    return [tr.offset(i) for i in range(len(tr.requests))]
