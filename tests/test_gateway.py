@@ -1,4 +1,4 @@
-"""specmon in front of the REAL SGLang Model Gateway (`smg` from the sglang-router wheel) with
+"""specmon in front of the REAL SGLang Model Gateway (`smg` 1.x, the dev extra's) with
 simulated SGLang workers behind it: discovery, one arm per worker, the gateway header figures, DP
 ranks, workers added and removed while attached (FleetChanged and samples.csv rows), a listed
 worker that cannot be reached, PD mode (prefill + decode), GET-only, and a URL that is neither.
@@ -30,7 +30,7 @@ from specmon.session.live import LiveSession
 from specmon.sources.gateway import GatewayFleet, probe
 from specmon.sources.sglang import ArmCollector
 
-pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
 
 SPEED = 20.0
 
@@ -141,11 +141,13 @@ def test_one_arm_per_worker_and_the_gateway_header(regular):
     assert st.routed_req_s is not None and st.routed_req_s > 0  # the request between the polls
     assert {w.circuit for w in st.workers} == {"closed"} and all(w.healthy for w in st.workers)
     assert all(w.active_requests == 0 for w in st.workers)  # nothing in flight now
-    # worker b's dp_rank series beside a's unlabelled ones: the gateway cannot merge them
-    assert "/engine_metrics answered HTTP 500" in st.reason and "specmon's own scrape" in st.reason
-    # the gateway's own reading of each worker (0.3.2's /get_loads: a token count only)
+    # smg 1.x merges worker b's dp_rank series with a's (sglang-router 0.3.2 answered 500 here:
+    # tests/test_gateway_fixtures.py), so the gateway's reading of each worker is its /engine_metrics
+    assert st.reason is None
     for s in second.samples.values():
-        assert s.up and s.source == "gateway" and "tokens (running and queued)" in s.reason
+        assert s.up and s.source == "gateway" and s.reason == "from the gateway's /engine_metrics"
+    b_name = f"127.0.0.1:{hb.port}"
+    assert [r.dp_rank for r in second.samples[b_name].ranks] == [0, 1]
 
 
 def test_dp_ranks_are_read_one_by_one_and_a_starving_rank_is_called_out(regular):
@@ -297,8 +299,9 @@ def test_a_listed_worker_that_cannot_be_reached_stays_shown(regular, model_dir, 
         asyncio.run(run())
     finally:
         front.close()
-    # a worker specmon cannot reach: the gateway's merge of the workers' /metrics is asked for
-    assert "/engine_metrics" in {path.split("?")[0] for _, path in front.requests}
+    # a worker specmon cannot reach: its figures are asked of the gateway (its smg_engine_* series
+    # while it still counts as healthy, else its merge of the workers' /metrics)
+    assert d.url in (fleet.needs_figures or set())
     ticks = [e for e in events if isinstance(e, SamplesTick)]
     last = ticks[-1]
     d_sample = next(s for s in last.samples if s.arm == name_d)
@@ -492,3 +495,72 @@ def test_workers_scraped_in_turn_show_their_age_and_a_stopped_one_is_down_at_onc
     first_down = next(float(r["ts"]) for r in after if r["state"] != "up")
     assert first_down - stopped_at[1] <= 2.5, (first_down - stopped_at[1], [(r["ts"], r["state"]) for r in after])
     assert all(r["state"] != "up" for r in after if float(r["ts"]) >= first_down)
+
+
+def test_an_admin_key_gateway_read_with_gateway_key_env_and_worker_figures_from_one_metrics_scrape(
+        model_dir, tmp_path, monkeypatch):
+    """smg 1.x with control-plane keys: /workers and /get_loads want the admin key. Without
+    --gateway-key-env attach says so in one line (exit 2); with it the fleet reads the gateway,
+    the key never lands in a file. For workers specmon cannot reach, running/waiting/KV usage per
+    DP rank come from the smg_engine_* series of the metrics scrape, /engine_metrics not asked."""
+    key = "k3y-" + "9f2c41e7d0b8a6"
+    with start_sim("--enable-metrics", "--model-path", model_dir, speed=5) as a, \
+         start_sim("--enable-metrics", "--model-path", model_dir, "--dp-size", "2", speed=5) as b:
+        with start_gateway("--worker-urls", a.url, b.url, "--policy", "round_robin", workers=2, admin_key=key) as gw:
+            base = [sys.executable, "-m", "specmon", "attach", gw.url, "--headless", "--duration", "2",
+                    "--interval", "0.5"]
+            env = {k: v for k, v in __import__("os").environ.items() if k != "SPECMON_TEST_GW_KEY"}
+            p = subprocess.run(base + ["--out", str(tmp_path / "nokey")], cwd=str(REPO), capture_output=True,
+                               text=True, timeout=60, env=env)
+            assert p.returncode == 2 and "admin key" in p.stderr and "--gateway-key-env" in p.stderr, p.stderr
+            assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+            p = subprocess.run(base + ["--gateway-key-env", "SPECMON_TEST_GW_KEY"], cwd=str(REPO),
+                               capture_output=True, text=True, timeout=60, env=env)
+            assert p.returncode == 2 and "SPECMON_TEST_GW_KEY" in p.stderr and "not set" in p.stderr, p.stderr
+
+            for _ in range(6):  # requests in flight on both workers
+                background(post, gw.url + "/generate", {"text": "keep going",
+                                                        "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}})
+            monkeypatch.setenv("SPECMON_TEST_GW_KEY", key)
+            front = RecordingProxy(gw.url)
+            fleet = GatewayFleet(front.url, metrics_url=gw.metrics_url, admin_key_env="SPECMON_TEST_GW_KEY")
+            fleet.needs_figures = {a.url, b.url}  # as LiveSession sets it when neither answers specmon
+
+            async def polls():
+                try:
+                    out = []
+                    for _ in range(3):
+                        out.append(await fleet.poll())
+                        await asyncio.sleep(1.2)  # the gateway's load monitor polls every second here
+                    return out
+                finally:
+                    await fleet.aclose()
+
+            first_n = 0
+            readings = asyncio.run(polls())
+            front.close()
+            assert all(r.status.up for r in readings), readings[-1].status.reason
+            paths = [path for _, path in front.requests]
+            first_n = paths.index("/workers", 1)  # where the second poll begins
+            assert "/engine_metrics" not in paths[first_n:]  # the metrics scrape covered both workers
+            last = readings[-1]
+            nb = f"127.0.0.1:{urllib.parse.urlsplit(b.url).port}"
+            sb = last.samples[nb]
+            assert sb.reason == "from the gateway's smg_engine_* series" and sb.up
+            assert [r.dp_rank for r in sb.ranks] == [0, 1]
+            assert sb.running_reqs == sum(r.running_reqs for r in sb.ranks)
+            # /get_loads (with the key) adds the token counts the series leave out
+            assert all(r.kv_capacity_tokens and r.kv_capacity_tokens > 0 for r in sb.ranks)
+            assert sum((s.running_reqs or 0) for s in last.samples.values()) > 0  # requests were in flight
+
+            out = tmp_path / "withkey"
+            p = subprocess.run(base + ["--gateway-key-env", "SPECMON_TEST_GW_KEY", "--out", str(out)],
+                               cwd=str(REPO), capture_output=True, text=True, timeout=90,
+                               env=dict(env, SPECMON_TEST_GW_KEY=key))
+            assert p.returncode == 0, p.stderr
+            assert key not in p.stdout + p.stderr
+            for f in out.rglob("*"):
+                if f.is_file():
+                    assert key.encode() not in f.read_bytes(), f
+            rows = csv_rows(out / "samples.csv")
+            assert {r["arm"] for r in rows if r["arm"]} >= {nb}

@@ -526,8 +526,10 @@ class LiveSession:
                            reason=f"no answer from {c.shown} yet (scrape running for "
                                   f"{clock.wall() - (c.scrape_started or ts):.1f} s)",
                            spec_enabled=c.info.speculative if c.info else None)
-            if c is not None and not s.up and fleet_sample is not None and fleet_sample.up:
-                # The worker cannot be reached, its gateway can: the gateway's figures, said so.
+            if c is not None and not s.up and s.state != "refused" and fleet_sample is not None and fleet_sample.up:
+                # The worker cannot be reached, its gateway can: the gateway's figures, said so. Not
+                # for a refused connect: nothing listens there, whatever the gateway last cached
+                # (smg 1.x's smg_engine_* keep a stopped worker's last load until its health check fails).
                 fleet_sample.reason = f"worker unreachable ({s.reason}); figures from its gateway"
                 s = fleet_sample
             s.ts = ts

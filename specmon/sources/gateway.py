@@ -650,6 +650,7 @@ class GatewayFleet:
         self._engine: dict[str, tuple[float, Sample]] = {}  # worker URL -> (when, its Sample from /engine_metrics)
         self._collectors: dict[str, ArmCollector] = {}  # windows for /engine_metrics rates and percentiles
         self._routed_prev: Optional[tuple[float, float]] = None
+        self._engine_covered: set[str] = set()  # workers the last metrics scrape had smg_engine_* series of
         self._pd_prev: dict[str, tuple[float, float]] = {}  # smg_pd_* (sum, count) at the last poll
         self._pd_mean: dict[str, Optional[float]] = {}  # their mean over the last window with requests
         self._registry_read: Optional[tuple[bytes, list[RegistryWorker]]] = None  # the last /workers body, read
@@ -704,7 +705,11 @@ class GatewayFleet:
         if self.metrics_url is not None:
             jobs["metrics"] = self._http.get(self.metrics_url, h, METRICS_MAX_BYTES)
         wanted = self.needs_figures
-        if now >= self._engine_due and registry and (wanted is None or wanted):
+        # smg 1.x re-exports every worker's load per DP rank on its metrics port (smg_engine_*),
+        # scraped on every poll anyway: when those cover every worker the session needs, the
+        # gateway's merge of all the workers' /metrics (the costliest thing it serves) is not asked
+        covered = wanted is not None and bool(wanted) and wanted <= self._engine_covered
+        if now >= self._engine_due and registry and (wanted is None or wanted) and not covered:
             jobs["engine"] = get(ENGINE_METRICS_PATH, METRICS_MAX_BYTES)
             self._engine_due = now + self.engine_metrics_every_s
         done = dict(zip(jobs, await asyncio.gather(*jobs.values())))
@@ -737,10 +742,12 @@ class GatewayFleet:
             reasons.append("gateway metrics: port unknown (pass --gateway-metrics URL): routed req/s, "
                            "requests per worker and circuit states not known")
 
+        # a worker the gateway marks unhealthy keeps its last smg_engine_* values: not a reading
+        self._engine_covered = {u for u in gm.engine if gm.health.get(u) is not False} if gm is not None else set()
         if "engine" in done:
             await self._read_engine_metrics(done["engine"], registry, now, wanted)
-        elif wanted is not None and not wanted:
-            self._engine_problem = None  # not asked for: every worker answers specmon itself
+        elif wanted is not None and (not wanted or covered):
+            self._engine_problem = None  # not asked for: every worker answers specmon itself, or smg_engine_* cover them
         if self._engine_problem:
             reasons.append(self._engine_problem)
 
@@ -766,7 +773,8 @@ class GatewayFleet:
                 # the gauge appears with the worker's first routed request: a live worker without it has none
                 active_requests=(gm.active.get(w.url, 0 if w.url in gm.workers else None)) if gm else None,
                 circuit=gm.circuit.get(w.url) if gm else None))
-            s = self._worker_sample(name, w, loads.get(w.url), now, gm.engine.get(w.url) if gm else None)
+            fresh = gm is not None and w.healthy is not False and gm.health.get(w.url) is not False
+            s = self._worker_sample(name, w, loads.get(w.url), now, gm.engine.get(w.url) if fresh else None)
             if s is not None:
                 samples[name] = s
         healthy = ready.healthy
@@ -800,18 +808,33 @@ class GatewayFleet:
     def _worker_sample(self, name: str, w: RegistryWorker, load: Optional[WorkerLoad], now: float,
                        engine: Optional[dict[int, dict[str, float]]] = None) -> Optional[Sample]:
         """The gateway's reading of one worker, for a tick when specmon cannot reach it itself:
-        its share of /engine_metrics (newest within two periods), else the loads fan-out (smg 1.x:
-        per DP rank), else smg 1.x's smg_engine_* series from the scrape of its Prometheus port."""
+        smg 1.x's smg_engine_* series from this poll's scrape of its metrics port (per DP rank; token
+        counts from /get_loads where it answered), else its share of /engine_metrics (newest within
+        two periods), else the loads fan-out alone."""
         eng = self._engine.get(w.url)
-        if eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s:
+        if eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s and not engine:
             s = eng[1]
             out = Sample(**{**s.__dict__, "ts": now, "arm": name})
             out.stale_s = round(now - eng[0], 3)
             out.reason = "from the gateway's /engine_metrics"
             return out
-        if (load is None or (load.load is None and not load.ranks)) and engine:
-            return engine_sample(name, w, engine, now)
+        if engine:
+            s = engine_sample(name, w, engine, now)
+            # /get_loads (smg 1.x, with the admin key) adds the token counts the series leave out
+            by_rank = {r.dp_rank: r for r in load.ranks} if load is not None else {}
+            for r in s.ranks or []:
+                got = by_rank.get(r.dp_rank)
+                if got is not None:
+                    r.kv_used_tokens, r.kv_capacity_tokens = got.kv_used_tokens, got.kv_capacity_tokens
+            if not s.ranks and 0 in by_rank:
+                s.kv_used_tokens, s.kv_capacity_tokens = by_rank[0].kv_used_tokens, by_rank[0].kv_capacity_tokens
+            elif s.ranks and by_rank:
+                with_ranks(s, s.ranks)
+            return s
         if load is None:
+            if w.healthy is False:  # smg 1.x lists no load for a worker it cannot reach
+                return Sample(ts=now, arm=name, up=False, state="down", source="gateway", worker=w.url, role=w.role,
+                              reason="the gateway marks it unhealthy and has no load of it")
             return None
         if load.load is None and not load.ranks:
             return Sample(ts=now, arm=name, up=False, state="down", source="gateway", worker=w.url, role=w.role,
