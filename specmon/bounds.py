@@ -45,6 +45,11 @@ def check_levels(levels: Any) -> list[int]:
     big = next((c for c in levels if c > MAX_LEVEL), None)
     if big is not None:
         raise ValueError(f"expected concurrency levels of at most {MAX_LEVEL:,} streams per arm, got {big}")
+    down = next((i for i in range(1, len(levels)) if levels[i] < levels[i - 1]), None)
+    # A ramp climbs: `8,4` is a typo, and the knee calls read levels in order (a repeat, `3,3`,
+    # measures the same level again and is kept).
+    if down is not None:
+        raise ValueError(f"expected ascending concurrency levels, got {levels[down - 1]} then {levels[down]}")
     return list(levels)
 
 

@@ -33,7 +33,13 @@ def one_line(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with the contract's error: one line naming the problem, exit 2 (no usage block)."""
+    """argparse with the contract's error: one line naming the problem, exit 2 (no usage block).
+    No abbreviations: `--headles` is a typo to refuse, not `--headless` (and a flag added later
+    would silently change what an abbreviation meant)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, one_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
@@ -66,7 +72,9 @@ def _float(text: str) -> float:
 
 
 def _int_list(text: str) -> list[int]:
-    parts = [x for x in text.split(",") if x.strip()]
+    parts = text.split(",")
+    if any(not x.strip() for x in parts):  # `4,,8` or `8,`: a typo, not a shorter list
+        raise ValueError(f"expected comma-separated integers like 10,20,40 (no empty entries), got {text!r}")
     try:
         return [_int(x) for x in parts]
     except ValueError:

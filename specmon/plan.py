@@ -151,7 +151,7 @@ class RampPlan:
         if self.levels is not None and self.rates is not None:
             raise _at("rates", "expected levels (closed loop) or rates (open loop), not both")
         if not self.search and self.levels is None and self.rates is None:
-            raise _at("levels", "required key is missing (or rates, or search)")
+            raise _at("levels", "no levels given: expected levels (e.g. 8,16,32), rates (open loop) or search")
         open_only = [(name, bad) for name, bad in (("max_concurrency", self.max_concurrency is not None),
                                                    ("arrival", self.arrival != "poisson"),
                                                    ("burstiness", self.burstiness != 1.0)) if bad]

@@ -125,8 +125,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
                    key_env: Optional[str] = None) -> tuple[list[ArmSpec], list]:
     """The arms that are SGLang servers, and a GatewayFleet for each URL that is a gateway (its
     GET /workers answers a worker registry): its workers are watched, not the gateway. A URL
-    that answers as neither is exit 2, in one line (strict=False, the ramp: it stays an arm and
-    the ramp says what it answers); one that does not answer stays an arm (the session retries
+    that answers as neither is exit 2, in one line (strict=False: it stays an arm); one that does not answer stays an arm (the session retries
     it). discover=False (--no-discover): every URL is a server, as it was. GETs only
     (sources/gateway.py probe)."""
     if not discover:
@@ -298,7 +297,8 @@ def _exit_if_recording_failed(reason: object) -> None:
 def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
     """Exit code 3 when not one server answered during the whole session, naming each and why.
     With a ramp: exit 2 when a server answered 401/403 (bad or missing credentials are bad
-    input), else exit 3 when a server was gone at the end of the ramp (RampDriver.denied, .gone)."""
+    input), else exit 3 when a server was gone at the end of the ramp (RampDriver.denied, .gone)
+    or when requests were sent and not one succeeded (RampDriver.never_succeeded)."""
     ramp = live.ramp
     if ramp is not None and ramp.denied:
         raise UsageError("; ".join(f"{name}: {why}" for name, why in ramp.denied.items()))
@@ -309,6 +309,9 @@ def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
     if ramp is not None and ramp.gone:
         raise ServerError("; ".join(f"{name}: {why}" for name, why in ramp.gone.items())
                           + " (still gone when the ramp ended)")
+    nothing = ramp.never_succeeded() if ramp is not None else None
+    if nothing is not None:  # the server was reached but served nothing: exit 3, not a measurement
+        raise ServerError(nothing)
 
 
 # --------------------------------------------------------------------------------------------

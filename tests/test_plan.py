@@ -79,7 +79,7 @@ def test_cli_and_layout_build_the_same_plan():
                                  "flush_cache, restart_between_levels, timeout_s, slo_ttft_s, slo_tpot_s, shared_prefix_len, "
                                  "prefix_groups, zipf, turns, think_time_s, rates, arrival, burstiness, max_concurrency, "
                                  "search, attainment, max_level, trace, trace_speed)"),
-    ("{input_len: 5}", "x.yaml: ramp.levels: required key is missing (or rates, or search)"),
+    ("{input_len: 5}", "x.yaml: ramp.levels: no levels given: expected levels (e.g. 8,16,32), rates (open loop) or search"),
     ("nope", "x.yaml: ramp: expected a mapping, got 'nope'"),
     ("{levels: [1, x]}", "x.yaml: ramp.levels[1]: expected an integer, got 'x'"),
 ])

@@ -34,9 +34,27 @@ def run(args) -> int:
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                     slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
+    print(demo_intro(layout, headless=args.headless), file=sys.stderr, flush=True)
     return run_layout(layout, out=args.out, headless=args.headless, interval=None,
                       title="specmon demo --fleet" if fleet else "specmon demo --prefix" if prefix else "specmon demo",
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+
+
+def demo_intro(layout, *, headless: bool) -> str:
+    """The demo's first line: how long it runs (wall time: the levels at the simulators' speed,
+    plus their start) and how to leave, so nobody has to guess whether it will ever end."""
+    plan = layout.ramp
+    leave = "Ctrl-C stops it" if headless else "q quits (Ctrl-C asks first while the ramp runs)"
+    if plan is None or plan.level_duration_s is None or plan.requests_per_level:
+        return f"specmon demo: runs until its ramp ends; {leave}"
+    speeds = [float(a.launch.flags.get("speed", 1.0) or 1.0) for a in layout.launched]
+    speed = min(speeds) if speeds else 1.0  # the slowest simulator sets the ramp's pace
+    n = len(plan.steps)
+    wall = n * plan.level_duration_s / speed
+    minutes, seconds = divmod(int(round(wall)), 60)
+    length = f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
+    return (f"specmon demo: {n} levels of {plan.level_duration_s:g} simulated s at x{speed:g}, about {length} "
+            f"of wall time once the servers are up; {leave}")
 
 
 def _require_smg() -> None:

@@ -12,8 +12,9 @@ it) while every worker it lists is watched, as `attach` watches them (`--gateway
 one row per worker (session/fleet_ramp.py). The --yes rule is about the URLs given: the gateway.
 
 Builds a LiveSession (scraping, recording) with a RampDriver and runs it headless or in the TUI.
-Exit 2 for bad usage or a bad dataset file (before any request is sent); 3 when no server
-answered at all.
+Exit 2 for bad usage, a bad dataset file, or a URL that answers as neither SGLang nor a gateway
+(all before any request is sent); 3 when no server answered at all, or when not one request of
+the ramp succeeded (a server that answers every request with an error was not measured).
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ def run(args) -> int:
     plan, trace = plan_and_trace(args)
     require_loopback_or_yes(arms, args.yes)
     workload = load_workload(plan)  # a bad dataset is exit 2 before anything is sent
-    # A gateway is loaded as one arm; its workers are the servers watched (GETs only).
+    # A gateway is loaded as one arm; its workers are the servers watched (GETs only). A URL that
+    # answers as neither SGLang nor a gateway (any other web server) is exit 2 before any load:
+    # its 404s are not a server to measure. One that does not answer yet stays (retried).
     watched, fleets = gateway_fleets(arms, discover=not getattr(args, "no_discover", False),
-                                     metrics_url=getattr(args, "gateway_metrics", None), strict=False,
+                                     metrics_url=getattr(args, "gateway_metrics", None), strict=True,
                                      key_env=gateway_key_var(getattr(args, "gateway_key_env", None)))
 
     from specmon.session.live import LiveSession

@@ -25,9 +25,10 @@ is handed over to the session's loop as it finishes (loop.call_soon_threadsafe, 
 however many finished since the last), so its requests.csv row is written within milliseconds:
 a kill -9 loses at most the requests in flight (benchmarks/kill9_rows.py counts them).
 
-A server that refuses the load is not hammered (see Backoff): after a 429 or 503, or no answer
+A server that refuses the load is not hammered (see Backoff): after any 4xx/5xx answer (a 429 or
+503, but also the 404s of a path it does not serve or the 500s of a broken server), or no answer
 at all (refused, reset), each stream waits before its next request, honouring Retry-After (capped)
-or backing off exponentially with jitter; any other answer resets it. The failed requests are
+or backing off exponentially with jitter (50 ms doubling to 1 s); a success resets it. The failed requests are
 recorded as failed (requests.csv keeps their HTTP status), the time spent waiting is counted per
 arm (session.json load_client[].backoff), and a level that spent most of it waiting says so in
 its invalid_reason. A 401/403 is not retried at all: the arm's level stops at the first one, one
@@ -92,14 +93,14 @@ from specmon.sources.prom import Histogram, MetricsSnapshot
 
 INFO_WAIT_S = 20.0
 PACE_TOLERANCE = 0.03
-# A stream's wait after a 429/503 or no answer (wall seconds): Retry-After when the server sends
-# one, at most RETRY_AFTER_CAP_S; else BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, each wait drawn
-# in [1/2, 1] of its step so C streams refused together do not come back together.
+# A stream's wait after a 4xx/5xx or no answer (wall seconds): Retry-After when the server sends
+# one, at most RETRY_AFTER_CAP_S; else BACKOFF_FIRST_S doubling to BACKOFF_MAX_S (README says
+# 1 s), each wait drawn in [1/2, 1] of its step so C streams refused together do not come back
+# together. At the cap a stream sends at most ~1.3 requests a second to a server that fails them all.
 BACKOFF_FIRST_S = 0.05
-BACKOFF_MAX_S = 2.0
+BACKOFF_MAX_S = 1.0
 RETRY_AFTER_CAP_S = 10.0
 BACKOFF_MOSTLY = 0.5  # a level whose streams waited this share of it or more is invalid
-_REFUSALS = (429, 503)
 _DENIALS = {401: "401 Unauthorized", 403: "403 Forbidden"}
 _STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
 
@@ -119,8 +120,8 @@ class Backoff:
         self._rng = rng or random
 
     def after(self, o: RequestOutcome) -> float:
-        """Seconds to wait now: 0 after any answer but a 429/503 (or after a cancel)."""
-        refused = o.http_status in _REFUSALS
+        """Seconds to wait now: 0 after a success (or a cancel); else the next back-off step."""
+        refused = _refused(o)
         if not refused and o.no_answer is None:
             self.step = 0.0
             return 0.0
@@ -128,6 +129,15 @@ class Backoff:
         if refused and o.retry_after_s is not None:
             return min(o.retry_after_s, RETRY_AFTER_CAP_S)
         return self.step * self._rng.uniform(0.5, 1.0)
+
+
+def _refused(o: RequestOutcome) -> bool:
+    """The server answered this request with an HTTP error (4xx/5xx): the stream backs off."""
+    return o.status not in ("ok", "cancelled") and o.http_status is not None and o.http_status >= 400
+
+
+def _status_text(code: int) -> str:
+    return _STATUS_TEXT.get(code, f"HTTP {code}")
 
 
 def _lost_connection(o: RequestOutcome) -> Optional[str]:
@@ -311,6 +321,20 @@ class RampDriver:
     @property
     def paused(self) -> bool:
         return self._paused.is_set()
+
+    def never_succeeded(self) -> Optional[str]:
+        """Why the ramp measured nothing, when requests were sent and not one succeeded on any
+        arm (a server that fails every request): one text naming each arm's answers; None when
+        one succeeded, or none was sent (a ramp stopped before its first request ended)."""
+        rows = [r for rs in self.results.values() for r in rs]
+        if not rows or any(r.ok for r in rows) or not any(r.failed for r in rows):
+            return None
+        parts = []
+        for arm, rs in self.results.items():
+            failed = sum(r.failed for r in rs)
+            why = next((r.invalid_reason for r in reversed(rs) if r.invalid_reason), None)
+            parts.append(f"{arm}: {failed} requests failed" + (f" ({why})" if why else ""))
+        return "no request of the ramp succeeded: " + "; ".join(parts)
 
     # ---- the ramp ---------------------------------------------------------------------------
     async def run(self, emit: Emit, live: RampHost) -> str:
@@ -639,7 +663,7 @@ class RampDriver:
         span = level.streams[name] * wall_s
         share = level.backoff_s[name] / span if span > 0 else 0.0
         if refused:
-            answers = ", ".join(f"{n} answered {_STATUS_TEXT.get(code, code)}" for code, n in sorted(refused.items()))
+            answers = ", ".join(f"{n} answered {_status_text(code)}" for code, n in sorted(refused.items()))
             said = f"streams spent {share:.0%} of the level backing off ({answers})"
             if share >= BACKOFF_MOSTLY:
                 first.append(said)
@@ -701,7 +725,7 @@ class RampDriver:
             level.no_answer[arm][o.no_answer] += 1
             if sum(level.no_answer[arm].values()) == 1:
                 level.notices.append(f"{arm}: server at {url} gave no answer ({o.no_answer}); {retries}")
-        if o.http_status in _REFUSALS and o.status != "ok":
+        if _refused(o):
             level.refused[arm][o.http_status] += 1
             if sum(level.refused[arm].values()) == 1:
                 how = (f"Retry-After {o.retry_after_s:g} s (waits capped at {RETRY_AFTER_CAP_S:g} s)"
@@ -709,7 +733,7 @@ class RampDriver:
                        f"{BACKOFF_FIRST_S * 1000:g} ms doubling to {BACKOFF_MAX_S:g} s")
                 then = ("an open-loop level keeps its schedule (the refused requests count as failed)" if open_loop
                         else f"each stream backs off ({how}) until it answers")
-                level.notices.append(f"{arm}: server answered {_STATUS_TEXT[o.http_status]}; {then}")
+                level.notices.append(f"{arm}: server answered {_status_text(o.http_status)}; {then}")
         self._finished(level, arm, o)  # after the notices: one wake-up hands over both
         return True
 

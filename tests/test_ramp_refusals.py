@@ -1,0 +1,60 @@
+"""A ramp aimed at something that is not an SGLang server, or at one that fails every request:
+refused before any load (exit 2), or backed off and ended with exit 3 (never 0: nothing was
+measured). Real HTTP servers on 127.0.0.1."""
+
+import http.server
+import threading
+
+from test_ramp_faults import RefusingServer, ramp_cli
+
+
+class _PlainHandler(http.server.BaseHTTPRequestHandler):
+    """Any web server that is not SGLang: 404 to every path, every request recorded."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.seen.append(f"{self.command} {self.path}")
+        body = b"<html>not found</html>"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+
+def test_ramp_refuses_a_plain_http_server_before_any_load(tmp_path):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PlainHandler)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        p, _ = ramp_cli(tmp_path / "s", url, "--levels", "2", "--level-duration", "3", timeout=60)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert p.returncode == 2, (p.returncode, p.stderr[-500:])
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "neither an SGLang server nor a gateway" in lines[0], lines
+    assert not [r for r in srv.seen if r.startswith("POST")], srv.seen  # not one request of load
+    assert "Traceback" not in p.stderr
+
+
+def test_a_server_failing_every_request_is_backed_off_and_exits_3(tmp_path):
+    """500 to every /generate (SGLang on every other path): each of 4 streams backs off, 50 ms
+    doubling to 1 s, so a 3 s level sends tens of requests, not thousands; no request of the
+    ramp succeeded, so the ramp exits 3 and says so."""
+    with RefusingServer(500) as srv:
+        p, _ = ramp_cli(tmp_path / "s", srv.url, "--levels", "4", "--level-duration", "3", "--settle", "0",
+                        "--input-len", "32", "--output-len", "4", timeout=90)
+        sent = len(srv.generate)
+    # per stream in 3 s: waits of at least 25, 50, 100, 200, 400, 500, 500, ... ms: at most ~10
+    assert 4 <= sent <= 4 * 12, sent
+    assert p.returncode == 3, (p.returncode, p.stderr[-800:])
+    assert "no request of the ramp succeeded" in p.stderr and "HTTP 500" in p.stderr, p.stderr[-800:]
