@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -158,7 +159,7 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-@pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+@pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
 def test_launch_the_fleet_layout_headless_ramps_through_the_gateway_and_leaves_nothing(tmp_path):
     layout = (REPO / "layouts" / "fleet.yaml").read_text()
     # the shipped layout with a short ramp (two levels of 60 simulated seconds)
@@ -191,7 +192,12 @@ def test_launch_the_fleet_layout_headless_ramps_through_the_gateway_and_leaves_n
     assert set(ready) >= {"w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small", "gw"}
     assert ready["gw"] > max(ready[w] for w in ("w1-fp8", "w2-nvfp4", "w3-dp2", "w4-small"))
     assert "gw: ready (/workers lists its 4 workers healthy)" in stdout
-    assert "smg" in (out / "logs" / "gw.log").read_text().splitlines()[0]
+    log = (out / "logs" / "gw.log").read_text().splitlines()
+    assert "smg" in log[0]
+    # which smg ran, and its version: in the log and in session.json
+    ran = json.loads((out / "session.json").read_text())["gateway"]
+    assert log[2] == f"----- specmon: gateway: {ran['binary']} ({ran['version']})"
+    assert ran["version"].startswith("smg 1.") and Path(ran["binary"]).name == "smg"
     # the ramp went through the gateway: its row and one per worker, under the layout's names
     with open(out / "levels.csv", newline="") as f:
         levels = list(csv.DictReader(f))
@@ -211,7 +217,7 @@ def test_launch_the_fleet_layout_headless_ramps_through_the_gateway_and_leaves_n
     assert ranks == {"0", "1"}
 
 
-@pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+@pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
 def test_a_pd_layout_launches_a_pd_gateway_and_ramps_through_it(tmp_path):
     path = tmp_path / "pd.yaml"
     path.write_text(SIM + textwrap.dedent("""
@@ -249,3 +255,69 @@ def test_a_pd_layout_launches_a_pd_gateway_and_ramps_through_it(tmp_path):
     # the imbalance compares the two decode workers, not the prefill worker with them
     f = meta["fleet_levels"]["pd"]
     assert f["busiest"]["1"] in ("decode-a", "decode-b") and f["imbalance"]["1"] < 2.0
+
+
+@pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
+def test_kill_9_of_specmon_leaves_no_smg_and_launch_runs_the_smg_first_on_path_with_the_admin_key(tmp_path):
+    """The operator's smg first on PATH is the one launched (its binary and version said in the log
+    and session.json); --gateway-key-env starts it with that admin key and reads it with it, the key
+    in no file; kill -9 of specmon (nothing of it runs) still stops the router and every worker."""
+    from gatewayproc import SMG
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "smg"
+    # a "newer" smg: says another version, runs the real one (exec: the same process, the router)
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "smg 1.99.0"; exit 0; }}\nexec {SMG} "$@"\n')
+    wrapper.chmod(0o755)
+    key = "adm-" + "5e1d0c9b7a3f"
+    path = tmp_path / "gw.yaml"
+    path.write_text(SIM + textwrap.dedent("""
+        interval_s: 0.5
+        arms:
+          - {name: w1, launch: {flags: {speed: 20, enable_metrics: true}}}
+          - {name: w2, launch: {flags: {speed: 20, enable_metrics: true, dp_size: 2}}}
+        gateway: {name: gw, policy: round_robin}
+        """))
+    out = tmp_path / "session"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", SPECMON_TEST_ADMIN=key)
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "launch", str(path), "--headless", "--out", str(out),
+                             "--gateway-key-env", "SPECMON_TEST_ADMIN"],
+                            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("gw: ready"):
+                break
+        assert any(ln.startswith("gw: ready (/workers lists its 2 workers healthy)") for ln in lines), "".join(lines)
+        time.sleep(2.0)  # a few ticks through the gateway, with the key
+        groups = group_pids(out / "logs")
+        assert set(groups) == {"w1", "w2", "gw"}
+        router = psutil.Process(groups["gw"])
+        assert router.is_running() and os.getsid(router.pid) == router.pid  # a session of its own
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # nothing of specmon ran: the kernel (parent-death signal) and the reaper stop them
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(group_members(g) for g in groups.values()):
+        time.sleep(0.2)
+    assert {n: group_members(g) for n, g in groups.items()} == {n: [] for n in groups}
+    assert not router.is_running() or router.status() == psutil.STATUS_ZOMBIE
+    log = (out / "logs" / "gw.log").read_text()
+    assert f"----- specmon: gateway: {wrapper} (smg 1.99.0)" in log.splitlines()[2]
+    assert "--control-plane-api-keys 'specmon:specmon:admin:***'" in log.splitlines()[0]
+    meta = json.loads((out / "session.json").read_text())
+    assert meta["gateway"] == {"binary": str(wrapper), "version": "smg 1.99.0"}
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+    assert key not in "".join(lines)

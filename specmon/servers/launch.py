@@ -382,6 +382,7 @@ class LaunchedArm:
     stopping: bool = False
     extra_argv: list[str] = field(default_factory=list)  # after the flags (a gateway's workers, a sim's model folder)
     extra_secrets: list[str] = field(default_factory=list)  # credentials the supervisor itself put in argv
+    note: Optional[str] = None  # a line for the log after its pid (the gateway: which smg binary, its version)
     ready_check: Optional[Callable] = None  # async (client, url) -> bool; default GET /health is 200
     ready_detail: str = "/health 200"
     reader: Optional[threading.Thread] = None
@@ -577,13 +578,8 @@ class Supervisor:
         g.ready_check = lambda client, url: _gateway_lists(client, url, expected, key)
         g.ready_detail = f"/workers lists its {len(expected)} worker{'s' if len(expected) != 1 else ''} healthy"
         ran = self.gateway_binary or {}
-        said = f"[specmon] gateway: {ran.get('binary')} ({ran.get('version')})"
-        try:
-            with open(g.log_path, "ab") as log:
-                log.write(f"----- specmon: {said[10:]}\n".encode())
-        except OSError:
-            pass
-        self._post(LogLine(arm=g.name, line=said))
+        g.note = f"gateway: {ran.get('binary')} ({ran.get('version')})"
+        self._post(LogLine(arm=g.name, line=f"[specmon] {g.note}"))
         await self._start_arm(g)
 
     def gpu_indices(self) -> dict[str, list[int]]:
@@ -702,6 +698,8 @@ class Supervisor:
         a.spec.pid = a.proc.pid
         # Before the reader starts, so it is the line after the header: which group to look for.
         log.write(f"----- specmon: pid {a.proc.pid} (its own process group {a.proc.pid})\n".encode())
+        if a.note:
+            log.write(f"----- specmon: {a.note}\n".encode())
         a.reader = threading.Thread(target=self._read_output, args=(a, a.proc, log), name=f"log-{a.name}", daemon=True)
         a.reader.start()
         await self._wait_ready(a, a.proc)
