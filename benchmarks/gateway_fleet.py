@@ -181,7 +181,7 @@ def main() -> int:
     ap.add_argument("--speed", type=float, default=10.0)
     args = ap.parse_args()
     if not have_gateway():
-        print("smg is not installed (pip install sglang-router)", file=sys.stderr)
+        print("smg is not installed (pip install smg)", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="specmon-bench-gw-"))
     model = tmp / "model"

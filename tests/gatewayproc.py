@@ -1,4 +1,4 @@
-"""Start the real SGLang Model Gateway (`smg`, from the sglang-router wheel) on 127.0.0.1 for tests.
+"""Start the real SGLang Model Gateway (`smg` 1.x, the dev extra's; or sglang-router 0.3.x's) on 127.0.0.1 for tests.
 
     with start_gateway("--worker-urls", sim.url) as gw:
         httpx.get(gw.url + "/workers"); httpx.get(gw.metrics_url)

@@ -21,7 +21,7 @@ from records import rows
 from specmon.model import LEVEL_COLUMNS
 from specmon.sources.gateway import worker_name
 
-pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install sglang-router) is not installed")
+pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
 
 LEVELS = (6, 18, 30)
 

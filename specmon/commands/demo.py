@@ -63,7 +63,7 @@ def _require_smg() -> None:
     from pathlib import Path
 
     if not (Path(sys.executable).parent / "smg").is_file() and shutil.which("smg") is None:
-        raise UsageError("--fleet: the gateway (smg) is not installed: pip install sglang-router")
+        raise UsageError("--fleet: the gateway (smg) is not installed: pip install smg")
 
 
 def apply_overrides(layout, *, levels=None, speed=None, level_duration=None, slo_ttft=None, slo_tpot=None,
