@@ -287,6 +287,17 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
     return reason
 
 
+# A session ended by a signal exits as the shell reports a process the signal ended (128 + N):
+# a script or a supervisor sees it was stopped, not that it finished. `q`, --duration and a ramp
+# that ran its course exit 0.
+SIGNAL_EXIT = {"interrupted": 130, "terminated": 143, "hangup": 129}
+
+
+def exit_code(reason: object) -> int:
+    """The exit code of a session that ended for `reason` (run_front_end's) without an error."""
+    return SIGNAL_EXIT.get(reason, 0) if isinstance(reason, str) else 0
+
+
 def _exit_if_recording_failed(reason: object) -> None:
     """A session stopped because its folder took no more rows: one line, exit 1."""
     if isinstance(reason, str) and reason.startswith("recording failed"):
@@ -374,7 +385,7 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
     if isinstance(reason, str) and reason.startswith("error"):
         print(f"specmon: {reason}", file=sys.stderr)
         return 1
-    return 0
+    return exit_code(reason)
 
 
 SECRET_KEYS = ("api_key", "admin_api_key", "api-key", "admin-api-key")

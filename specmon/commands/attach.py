@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.wiring import (
-    arms_from_args, gateway_fleets, gateway_key_var, prometheus_fleets, require_an_answer, run_front_end,
+    arms_from_args, exit_code, gateway_fleets, gateway_key_var, prometheus_fleets, require_an_answer, run_front_end,
     start_metrics,
 )
 
@@ -44,6 +44,6 @@ def run(args) -> int:
                        request_metrics=request_metrics)
     title = "specmon attach " + " ".join([a.url for a in arms] + [f.url for f in gateways]
                                          + [f"--prometheus {f.url}" for f in prometheus])
-    run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)
+    reason = run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)
     require_an_answer(live, arms)
-    return 0
+    return exit_code(reason)  # 130/143 when a signal ended it

@@ -28,7 +28,7 @@ from specmon.errors import UsageError
 from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
-    arms_from_args, gateway_fleets, gateway_key_var, load_workload, ramp_driver, require_an_answer,
+    arms_from_args, exit_code, gateway_fleets, gateway_key_var, load_workload, ramp_driver, require_an_answer,
     require_loopback_or_yes,
     run_front_end, start_metrics,
 )
@@ -100,6 +100,6 @@ def run(args) -> int:
     live = LiveSession(watched, interval=args.interval, out_dir=Path(args.out) if args.out else None,
                        isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers,
                        fleets=fleets)
-    run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
+    reason = run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
     require_an_answer(live, watched)
-    return 0
+    return exit_code(reason)  # 130/143 when a signal ended it
