@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", type=_positives, default=None, metavar="X,X,...",
                    help="per-user tok/s points for matched-interactivity tables")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="folder for report.md, the figures, report.html (default SESSION_DIR/report/)")
+                   help="folder for report.md, the figures, report.html (default ./specmon-reports/<date-time>/; "
+                        "never a session folder unless named here)")
 
     p = sub.add_parser("replay", help="play a recorded session through the TUI (or a past window of a Prometheus fleet)")
     p.add_argument("session", nargs="?", default=None, metavar="SESSION_DIR", help="a recorded session folder")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from specmon.model import (
-    Event, KneeCalled, LevelStarted, RampFinished, RequestFinished, RequestRecord, Sample, SamplesTick,
+    Event, KneeCalled, LevelStarted, ObservedKneesUpdated, RampFinished, RequestFinished, RequestRecord, Sample, SamplesTick,
     SessionEnded, SessionStarted,
 )
 
@@ -92,6 +92,13 @@ class Exporter:
         self.knee = Gauge("specmon_knee_concurrency",
                           "Concurrency of the arm's knee, by definition (plateau, queueing, ... and predicted, "
                           "known before any load)", ["arm", "definition"], registry=r)
+        self.observed = Gauge("specmon_observed_knee_concurrency",
+                              "Running requests at the knee of the traffic the arm served (specmon's or not); "
+                              "absent while the traffic is too little to tell", ["arm"], registry=r)
+        self.headroom = Gauge("specmon_headroom_requests",
+                              "Requests the arm can take on before its observed knee: the knee less running now",
+                              ["arm"], registry=r)
+        self._observed_at: dict[str, int] = {}  # arm -> its observed knee's running count
         self.up = Gauge("specmon_arm_up", "1 when the arm's last scrape answered, else 0", ["arm"], registry=r)
         self.scrape = Gauge("specmon_scrape_seconds", "How long specmon's last scrape of the arm took",
                             ["arm"], registry=r)
@@ -105,7 +112,7 @@ class Exporter:
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStarted: self._on_started, LevelStarted: self._on_level, SamplesTick: self._on_tick,
             RequestFinished: self._on_request, KneeCalled: self._on_knee, RampFinished: self._on_ramp_finished,
-            SessionEnded: self._on_ended,
+            SessionEnded: self._on_ended, ObservedKneesUpdated: self._on_observed,
         }
 
     # ---- serving -------------------------------------------------------------------------------
@@ -177,6 +184,18 @@ class Exporter:
         _set(self.scrape, arm, s.scrape_s)
         for field, gauge in self.server:
             _set(gauge, arm, getattr(s, field))
+        knee = self._observed_at.get(s.arm)
+        if knee is not None and s.up and s.running_reqs is not None:
+            _set(self.headroom, arm, max(0, knee - s.running_reqs))
+
+    def _on_observed(self, e: ObservedKneesUpdated) -> None:
+        for arm, k in e.knees.items():
+            _set(self.observed, (arm,), k.concurrency)
+            _set(self.headroom, (arm,), k.headroom if k.concurrency is not None else None)
+            if k.concurrency is None:
+                self._observed_at.pop(arm, None)
+            else:
+                self._observed_at[arm] = k.concurrency
 
     def _on_request(self, e: RequestFinished) -> None:
         r: RequestRecord = e.record

@@ -29,8 +29,9 @@ from specmon.model import (
     FleetLevels,
     KneesSummary, offered_label,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelProgress, LevelStarted, Marker, RampFinished,
-    ObservedWindow, RequestFinished, Sample, SamplesTick, SessionEnded,
+    ObservedKnee, ObservedKneesUpdated, ObservedWindow, RequestFinished, Sample, SamplesTick, SessionEnded,
 )
+from specmon.analysis.observed import knee_line as observed_knee_line
 
 
 def _n(v: Optional[float], fmt: str = "{:.0f}", unknown: str = "-") -> str:
@@ -169,6 +170,7 @@ class HeadlessPrinter:
         self._fleets: dict[str, FleetLevels] = {}  # gateway arm -> its fleet's figures (LevelFinished.fleets)
         self._level_labels: dict[str, str] = {}  # level index -> "C=8"
         self._rates = False  # the ramp's levels offer request rates (open loop)
+        self._observed: dict[str, ObservedKnee] = {}  # arm -> its newest observed knee
 
     def __call__(self, e: Event) -> None:
         if type(e) in _SILENT:  # a request finished, a level's progress: ~1,000 a level, no line
@@ -217,8 +219,14 @@ class HeadlessPrinter:
             return f"{e.arm}: {e.phase}" + (f" ({e.detail})" if e.detail else "")
         if isinstance(e, Marker):
             return f"mark: {e.label}"
+        if isinstance(e, ObservedKneesUpdated):
+            # a line when an arm's knee (or its limit) changes; every arm's, with headroom, at the end
+            said = [observed_knee_line(a, k) for a, k in e.knees.items() if _knee_moved(self._observed.get(a), k)]
+            self._observed.update(e.knees)
+            return "\n".join(said) or None
         if isinstance(e, SessionEnded):
-            return f"session ended: {e.reason}"
+            last = [observed_knee_line(a, k) for a, k in self._observed.items()]
+            return "\n".join([*last, f"session ended: {e.reason}"])
         if isinstance(e, ObservedWindow):
             return observed_line(e)
         return None
@@ -248,6 +256,10 @@ class HeadlessPrinter:
                 lines.append(f"    routing imbalance by level: {by_level or 'none'}")
             return "\n".join(lines)
         return None
+
+
+def _knee_moved(old: Optional[ObservedKnee], new: ObservedKnee) -> bool:
+    return old is None or (old.concurrency, old.limit) != (new.concurrency, new.limit)
 
 
 def observed_line(e: ObservedWindow) -> str:

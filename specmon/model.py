@@ -798,3 +798,49 @@ class ObservedWindow(Event):
     accept_length: Optional[float] = None  # accepted tokens per verify step over the window
     accept_rate: Optional[float] = None  # accepted / proposed drafts over the window
     bad_lines: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# The observed knee: the operating curve of traffic specmon did not send (analysis/observed.py)
+
+
+@dataclass
+class CurvePoint:
+    """One bin of running requests of an arm's operating curve, over every second seen there."""
+
+    running: int  # the bin's lowest running count
+    width: int  # running counts in the bin: [running, running + width)
+    evidence_s: float  # seconds of samples in the bin
+    tok_s: Optional[float] = None  # generated tok/s, mean over those seconds
+    per_user_tok_s: Optional[float] = None  # tok/s per running request
+    queued_mean: Optional[float] = None
+    queued_share: Optional[float] = None  # share of the seconds with a request waiting
+    queue_s: Optional[float] = None  # server queue time per request (the histogram's increase)
+    ttft_s: Optional[float] = None  # server TTFT per request (the histogram's increase)
+    kv_usage_max: Optional[float] = None
+
+
+@dataclass
+class ObservedKnee:
+    """session.json `observed_knees[arm]`: where the arm's own traffic stops gaining throughput or
+    starts queueing. `concurrency` None (with `reason`) when the traffic was too little to tell."""
+
+    concurrency: Optional[int]
+    limit: Optional[str]  # "kv_pool" | "request_cap" | "token_budget" | "compute" | None
+    evidence_s: float  # seconds of samples behind the whole curve
+    reason: str
+    confidence: Optional[str] = None  # "low" | "medium" | "high": seconds at and above the knee
+    plateau: Optional[int] = None  # running where throughput reached 90 % of its highest
+    queue_onset: Optional[int] = None  # lowest running with requests waiting most of the time
+    running_max: Optional[int] = None  # highest running count seen
+    running_now: Optional[int] = None
+    headroom: Optional[int] = None  # knee - running now (0 when at or past it)
+    queue_share_now: Optional[float] = None  # queue time / TTFT over the newest window
+    curve: list[CurvePoint] = field(default_factory=list)
+
+
+@dataclass
+class ObservedKneesUpdated(Event):
+    """The observed knee of every arm with samples, recomputed (every few seconds and at the end)."""
+
+    knees: dict[str, ObservedKnee]

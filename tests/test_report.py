@@ -396,3 +396,23 @@ def test_same_named_arms_with_different_workloads_are_not_repeats(tmp_path):
     assert sorted(len(g.runs) for g in gs) == [1, 2]
     (pair,) = [g for g in gs if len(g.runs) == 2]
     assert {r.session for r in pair.runs} == {"long", "long2"}
+
+
+def test_cli_never_writes_into_an_input_folder_by_default(tmp_path):
+    """`specmon report A B` without --out: a new ./specmon-reports/<date-time>/ in the working
+    folder, said on stderr; A and B are left exactly as they were."""
+    import shutil
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    shutil.copytree(DATA / "session_demo_2arm", a)
+    shutil.copytree(DATA / "session_sim_3arm", b)
+    before = {p: p.read_bytes() for d in (a, b) for p in d.rglob("*") if p.is_file()}
+    work = tmp_path / "work"
+    work.mkdir()
+    p = specmon(a, b, cwd=work)
+    assert p.returncode == 0, p.stderr
+    after = {p: p.read_bytes() for d in (a, b) for p in d.rglob("*") if p.is_file()}
+    assert after == before  # nothing written, nothing changed in either session folder
+    (written,) = (work / "specmon-reports").iterdir()
+    assert (written / "report.md").read_text() == p.stdout
+    assert str(Path("specmon-reports") / written.name / "report.md") in p.stderr

@@ -1,8 +1,10 @@
 """`specmon report SESSION_DIR [SESSION_DIR ...] [--format md|png|html] [--price-per-gpu-hour X] [--at 29,46,63] [--out DIR]`
 
 md: the report on stdout and in OUT/report.md; png: the figures in OUT (paths printed);
-html: OUT/report.html with the tables and the figures embedded. OUT defaults to the first
-session folder's report/ subfolder.
+html: OUT/report.html with the tables and the figures embedded. OUT defaults to
+./specmon-reports/<date-time>/ (a new folder beside ./specmon-sessions/): a report never writes
+into a session folder it reads unless --out names one. Where it wrote is printed (stderr for md,
+whose report goes to stdout).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def run(args) -> int:
 
     # --price-per-gpu-hour and --at are finite and positive: checked as they are parsed (cli.py)
     sessions, arms = load_sessions([Path(p) for p in args.sessions])
-    out = Path(args.out) if args.out else sessions[0].path / "report"
+    out = Path(args.out) if args.out else default_report_dir()
     report = build_report(sessions, arms, args.at, args.price_per_gpu_hour)
     at = list(args.at) if args.at else default_targets(arms)
     _mkdir(out)
@@ -40,6 +42,7 @@ def run(args) -> int:
     if args.format == "png":
         for p in figures:
             print(p)
+        print(f"wrote {len(figures)} figures in {out}", file=sys.stderr)
         return 0
     from specmon.report.html import render_html
 
@@ -47,6 +50,19 @@ def run(args) -> int:
     _write(path, render_html(report, figures))
     print(path)
     return 0
+
+
+def default_report_dir() -> Path:
+    """./specmon-reports/<date-time>/, a second later when that folder exists already."""
+    from specmon.session.folder import default_out_dir
+
+    out = default_out_dir("specmon-reports")
+    while out.exists():  # two reports in one second: never mix their files
+        import time
+
+        time.sleep(1.0)
+        out = default_out_dir("specmon-reports")
+    return out
 
 
 def _mkdir(out: Path) -> None:

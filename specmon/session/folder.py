@@ -47,7 +47,8 @@ from specmon.errors import UsageError
 from specmon.model import (
     GPU_COLUMNS, LEVEL_COLUMNS, OBSERVED_REQUEST_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
     FleetLevels, GpuSnapshot,
-    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedRequest, ObservedRequestsRead, PredictedKnee,
+    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedKnee, ObservedKneesUpdated, ObservedRequest,
+    ObservedRequestsRead, PredictedKnee,
     RampStarted,
     RequestFinished, SamplesTick,
     SessionEnded, SessionStarted,
@@ -75,6 +76,12 @@ def public_url(url: str) -> str:
     except ValueError:
         return url.rsplit("@", 1)[-1] if "@" in url else url
     return urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
+
+
+def _without_curves(e: ObservedKneesUpdated) -> ObservedKneesUpdated:
+    # events.jsonl keeps each update's knees, not its curves (a 64-worker fleet's every 5 s would
+    # be ~140 MB an hour); session.json keeps the newest curve of every arm.
+    return dataclasses.replace(e, knees={a: dataclasses.replace(k, curve=[]) for a, k in e.knees.items()})
 
 
 def _without_secrets(e: Event) -> Event:
@@ -125,6 +132,8 @@ class SessionMeta:
     time_scale: dict[str, float] = field(default_factory=dict)
     ramp_workload: Optional[dict[str, Any]] = None
     predicted_knees: dict[str, PredictedKnee] = field(default_factory=dict)
+    # The knee of the traffic each arm (worker) served, specmon's or not (analysis/observed.py)
+    observed_knees: dict[str, ObservedKnee] = field(default_factory=dict)
     knees: dict[str, KneesSummary] = field(default_factory=dict)
     # A ramp through a gateway: per gateway arm, its workers' routing imbalance per level and
     # which worker saturated first (model.FleetLevels)
@@ -315,6 +324,7 @@ class SessionWriter:
             KneeCalled: self._on_knee, RampStarted: self._on_ramp, RequestFinished: self._on_request,
             FleetChanged: self._on_fleet, ObservedRequestsRead: self._on_observed,
             LevelFinished: self._on_level, Marker: self._on_marker, SessionEnded: self._on_ended,
+            ObservedKneesUpdated: self._on_observed_knees,
         }
         self._write_meta()
 
@@ -328,7 +338,8 @@ class SessionWriter:
                         self._late_marker(e)
                     return
                 if not isinstance(e, (RequestFinished, ObservedRequestsRead)):  # their CSVs are their record
-                    self._events.write_line(without_credentials(codec.encode_event(_without_secrets(e))) + "\n")
+                    logged = _without_curves(e) if isinstance(e, ObservedKneesUpdated) else e
+                    self._events.write_line(without_credentials(codec.encode_event(_without_secrets(logged))) + "\n")
                 handler = self._handlers.get(type(e))
                 if handler is not None:
                     handler(e)
@@ -425,6 +436,11 @@ class SessionWriter:
         if self._observed is None:  # only a session that reads export files has this file
             self._observed = _CsvFile(self.out_dir / "observed_requests.csv", OBSERVED_REQUEST_COLUMNS)
         self._observed.write_rows(vars(r) for r in e.records)
+
+    def _on_observed_knees(self, e: ObservedKneesUpdated) -> None:
+        # with the next tick (they come every few seconds): a killed session keeps the newest
+        self.meta.observed_knees.update(e.knees)
+        self._meta_due = True
 
     def _on_level(self, e: LevelFinished) -> None:
         for r in e.results:

@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from specmon import clock
 from specmon.analysis.fleet_levels import fleet_info, fleet_samples
+from specmon.analysis.observed import ObservedCurves
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
-    LaunchContext, Marker, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
+    LaunchContext, Marker, ObservedKneesUpdated, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
 )
 from specmon.session import codec
 from specmon.session.folder import SessionWriter, default_out_dir
@@ -67,6 +68,11 @@ SAMPLES_MIN_PER_ARM = 120
 # connection was closed by its end (a server that exits closes it at once).
 FLEET_SCRAPE_EVERY_S = 4.0
 FLEET_EVERY_TICK = 8
+
+# The observed knee (analysis/observed.py) is fed every tick and said every OBSERVED_EVERY_S
+# (an ObservedKneesUpdated: session.json keeps the newest, so a killed session keeps it too) and
+# once more at the end.
+OBSERVED_EVERY_S = 5.0
 
 
 class LiveSession:
@@ -139,6 +145,8 @@ class LiveSession:
         self._host: Optional[HostCollector] = None
         self.last_tick: Optional[SamplesTick] = None
         self.ticks = 0
+        self.observed = ObservedCurves()  # every arm's operating curve, from its own samples
+        self._observed_said = time.monotonic()
         # Whoever sets the stop event may say why first (e.g. "duration reached", "interrupted").
         self.stop_reason: Optional[str] = None
 
@@ -311,6 +319,11 @@ class LiveSession:
                     self.supervisor.stop()
                 except Exception:
                     pass
+            try:
+                if self.observed.curves:
+                    emit(ObservedKneesUpdated(knees=self.observed.knees()))
+            except Exception:
+                pass
             try:
                 emit(SessionEnded(reason=reason))
             except Exception:
@@ -547,7 +560,17 @@ class LiveSession:
         self.last_tick = tick
         emit(tick)
         self._emit_info_updates(emit)
+        self._observe(samples, emit)
         return tick
+
+    def _observe(self, samples: list[Sample], emit: Emit) -> None:
+        for s in samples:
+            c = self._collectors.get(s.arm)
+            self.observed.add(s, c.info if c is not None else None, self.interval)
+        now = time.monotonic()
+        if now - self._observed_said >= OBSERVED_EVERY_S:
+            self._observed_said = now
+            emit(ObservedKneesUpdated(knees=self.observed.knees()))
 
     def _read_machine(self) -> tuple[Optional[GpuSnapshot], Optional[HostReading], dict]:
         gpus = self._nvml.read() if self._nvml is not None else None

@@ -1,0 +1,268 @@
+"""The observed knee: an arm's operating curve from its own samples, with no load sent.
+
+Every fresh Sample of an arm adds its seconds to one bin of running requests: throughput,
+throughput per running request, queued requests, queue time and TTFT (the server's histograms'
+increase between scrapes, Sample.queue_time_mean_s / ttft_mean_s, never the cumulative average).
+Adding is O(1); reading the knee is O(bins), and there are at most a few dozen bins whatever the
+traffic (running counts above 32 share geometric bins), so a 64-worker fleet at 1 s stays cheap.
+
+The knee is the lower of two points on that curve:
+- plateau: the lowest running count whose throughput reached 90 % of the highest seen, called only
+  when the curve was also seen well past it (running >= 1.25 x that point), so still-rising
+  traffic is never called a plateau;
+- queue onset: the lowest running count at which requests waited most of the time (and every
+  higher bin with evidence waited as well): requests queue before they run.
+
+The limit is named from SGLang's own figures at and above the knee: running at the server's
+max_running_requests (request_cap), the KV pool near full (kv_pool), requests waiting while the
+pool has room and running is under the cap (token_budget: the prefill budget admits too few per
+step), else throughput flat with neither cap hit (compute). Pure: no I/O, no Textual.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from specmon.model import ArmInfo, CurvePoint, ObservedKnee, Sample
+
+MIN_BIN_S = 3.0  # a bin with fewer seconds of samples is shown, never used for the knee
+MIN_RUNNING = 4  # traffic that never ran more than 3 at once says nothing about a knee
+PLATEAU_SHARE = 0.9  # the plateau: the first running count reaching 90 % of the highest throughput
+PLATEAU_SEEN_PAST = 1.25  # ... called only when the curve reached 1.25 x that count
+QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its seconds
+KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
+MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
+CONFIDENCE_S = ((300.0, "high"), (60.0, "medium"), (0.0, "low"))
+
+
+def bin_of(running: int) -> tuple[int, int]:
+    """(lowest running count, width) of the bin that holds `running`: width 1 below 32, then 16
+    bins an octave (32-63 by 2, 64-127 by 4, ...)."""
+    if running < 32:
+        return running, 1
+    width = 1 << (running.bit_length() - 5)
+    return running - running % width, width
+
+
+@dataclass
+class _Bin:
+    lo: int
+    width: int
+    seconds: float = 0.0
+    tok_s: float = 0.0  # sums weighted by seconds; *_w: the seconds the figure was known
+    tok_w: float = 0.0
+    per_user: float = 0.0
+    queued: float = 0.0
+    queued_s: float = 0.0
+    queue_s: float = 0.0
+    queue_w: float = 0.0
+    ttft_s: float = 0.0
+    ttft_w: float = 0.0
+    kv_max: Optional[float] = None
+    capped_s: float = 0.0  # seconds at the request cap
+
+    def point(self) -> CurvePoint:
+        return CurvePoint(
+            running=self.lo, width=self.width, evidence_s=round(self.seconds, 3),
+            tok_s=self.tok_s / self.tok_w if self.tok_w else None,
+            per_user_tok_s=self.per_user / self.tok_w if self.tok_w else None,
+            queued_mean=self.queued / self.seconds if self.seconds else None,
+            queued_share=self.queued_s / self.seconds if self.seconds else None,
+            queue_s=self.queue_s / self.queue_w if self.queue_w else None,
+            ttft_s=self.ttft_s / self.ttft_w if self.ttft_w else None,
+            kv_usage_max=self.kv_max)
+
+
+class OperatingCurve:
+    """One arm's curve, fed every Sample of the arm in order (`add`), read with `knee()`."""
+
+    def __init__(self, arm: str):
+        self.arm = arm
+        self.bins: dict[int, _Bin] = {}
+        self.evidence_s = 0.0
+        self.running_max: Optional[int] = None
+        self.last: Optional[Sample] = None  # the newest fresh sample
+        self._last_ts: Optional[float] = None
+        self.request_cap: Optional[int] = None
+        self.kv_capacity: Optional[int] = None
+
+    def set_info(self, info: Optional[ArmInfo]) -> None:
+        if info is not None:
+            self.request_cap = info.max_running_requests or self.request_cap
+            self.kv_capacity = info.kv_capacity_tokens or self.kv_capacity
+
+    def add(self, s: Sample, interval_s: float = 1.0) -> None:
+        """Count one Sample. Rows that repeat an older scrape of the worker itself (stale_s set on a
+        metrics/loads row: a fleet worker not scraped this tick) and rows with no reading add
+        nothing: the next fresh one covers the gap. A Prometheus or gateway row is its own reading
+        (its stale_s is the series' age), so it counts."""
+        if not s.up or s.running_reqs is None or (s.stale_s and s.source in ("metrics", "loads")):
+            return
+        if self._last_ts is None or s.ts <= self._last_ts:
+            dt = interval_s
+        else:
+            dt = min(s.ts - self._last_ts, max(MAX_GAP_S, 3 * interval_s))
+        self._last_ts, self.last = s.ts, s
+        r = s.running_reqs
+        lo, width = bin_of(r)
+        b = self.bins.get(lo)
+        if b is None:
+            b = self.bins[lo] = _Bin(lo, width)
+        b.seconds += dt
+        self.evidence_s += dt
+        if self.running_max is None or r > self.running_max:
+            self.running_max = r
+        if s.gen_tok_s is not None:
+            b.tok_s += s.gen_tok_s * dt
+            b.per_user += (s.gen_tok_s / r if r else 0.0) * dt
+            b.tok_w += dt
+        q = s.queued_reqs or 0
+        b.queued += q * dt
+        if q > 0:
+            b.queued_s += dt
+        if s.queue_time_mean_s is not None:
+            b.queue_s += s.queue_time_mean_s * dt
+            b.queue_w += dt
+        if s.ttft_mean_s is not None:
+            b.ttft_s += s.ttft_mean_s * dt
+            b.ttft_w += dt
+        kv = s.kv_usage
+        if kv is None and s.kv_used_tokens is not None and (s.kv_capacity_tokens or self.kv_capacity):
+            kv = s.kv_used_tokens / (s.kv_capacity_tokens or self.kv_capacity)
+        if kv is not None and (b.kv_max is None or kv > b.kv_max):
+            b.kv_max = kv
+        if self.request_cap and r >= self.request_cap:
+            b.capped_s += dt
+
+    def curve(self) -> list[CurvePoint]:
+        return [self.bins[k].point() for k in sorted(self.bins)]
+
+    def knee(self) -> ObservedKnee:
+        points = self.curve()
+        now = self._now()
+        rmax = self.running_max
+        if rmax is None or rmax < MIN_RUNNING:
+            seen = "no running requests seen" if rmax is None else f"running never above {rmax}"
+            return ObservedKnee(
+                concurrency=None, limit=None, evidence_s=round(self.evidence_s, 1), running_max=rmax,
+                reason=f"{seen} in {self.evidence_s:.0f} s; need traffic reaching ~{self._needed()} running",
+                curve=points, **now)
+        used = [p for p in points if p.evidence_s >= MIN_BIN_S]
+        plateau = _plateau(used)
+        onset = _queue_onset(used)
+        candidates = [c for c in (plateau, onset) if c is not None]
+        if not candidates:
+            return ObservedKnee(
+                concurrency=None, limit=None, evidence_s=round(self.evidence_s, 1), running_max=rmax,
+                reason=(f"throughput still rising and no queueing up to {rmax} running in "
+                        f"{self.evidence_s:.0f} s; need traffic reaching ~{self._needed()} running"),
+                curve=points, **now)
+        knee = min(candidates)
+        at = [p for p in used if p.running + p.width > knee]
+        limit, why = self._limit(at, knee, queued=onset is not None and onset <= knee)
+        past_s = sum(p.evidence_s for p in at)
+        confidence = next(name for floor, name in CONFIDENCE_S if past_s >= floor)
+        words = []
+        if plateau is not None:
+            words.append(f"throughput flat from {plateau} running")
+        if onset is not None:
+            words.append(f"requests queue from {onset} running")
+        headroom = None if now["running_now"] is None else max(0, knee - now["running_now"])
+        return ObservedKnee(
+            concurrency=knee, limit=limit, evidence_s=round(self.evidence_s, 1),
+            reason=f"{'; '.join(words)}; {why} ({past_s:.0f} s at or past it)", confidence=confidence,
+            plateau=plateau, queue_onset=onset, running_max=rmax, headroom=headroom, curve=points, **now)
+
+    # ---- parts -------------------------------------------------------------------------------
+    def _now(self) -> dict:
+        s = self.last
+        if s is None:
+            return {"running_now": None, "queue_share_now": None}
+        share = None
+        if s.queue_time_mean_s is not None and s.ttft_mean_s:
+            share = min(1.0, s.queue_time_mean_s / s.ttft_mean_s)
+        return {"running_now": s.running_reqs, "queue_share_now": share}
+
+    def _needed(self) -> int:
+        """Running requests the traffic should reach to show a knee: the request cap when known,
+        else twice the highest seen (at least MIN_RUNNING x 2)."""
+        if self.request_cap:
+            return self.request_cap
+        return max(2 * MIN_RUNNING, 2 * (self.running_max or 0))
+
+    def _limit(self, at: list[CurvePoint], knee: int, queued: bool) -> tuple[str, str]:
+        cap = self.request_cap
+        kv = max((p.kv_usage_max for p in at if p.kv_usage_max is not None), default=None)
+        top = max(p.running + p.width - 1 for p in at)
+        if cap and top >= cap - max(1, math.ceil(0.02 * cap)) and (kv is None or kv < KV_FULL):
+            return "request_cap", f"running reached the request cap {cap}"
+        if kv is not None and kv >= KV_FULL:
+            return "kv_pool", f"KV pool {kv:.0%} full"
+        if queued:
+            room = f"KV at most {kv:.0%}" if kv is not None else "KV usage unknown"
+            cap_words = f"running under the cap {cap}" if cap else "no request cap known"
+            return "token_budget", f"requests wait with {room} and {cap_words}"
+        return "compute", "neither the KV pool nor the request cap binds: the decode step slows"
+
+
+def _plateau(points: list[CurvePoint]) -> Optional[int]:
+    rising = [p for p in points if p.tok_s is not None and p.running > 0]
+    if len(rising) < 3:
+        return None
+    best = max(p.tok_s for p in rising)  # type: ignore[type-var]
+    if best <= 0:
+        return None
+    first = next(p for p in rising if p.tok_s >= PLATEAU_SHARE * best)  # type: ignore[operator]
+    top = rising[-1].running + rising[-1].width - 1
+    if top < PLATEAU_SEEN_PAST * first.running:
+        return None  # the curve was not seen far enough past it to call it flat
+    return first.running
+
+
+def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
+    queues = [p for p in points if p.running > 0 and (p.queued_share or 0) >= QUEUED_SHARE]
+    if not queues:
+        return None
+    onset = queues[0].running
+    # sustained: every bin above the onset with evidence queues as well (a burst that came and
+    # went at a low running count is not an onset)
+    for p in points:
+        if p.running > onset and (p.queued_share or 0) < QUEUED_SHARE:
+            later = [q for q in queues if q.running > p.running]
+            if not later:
+                return None
+            onset = later[0].running
+    return onset
+
+
+class ObservedCurves:
+    """Every arm's curve: what a live session, a history replay and a report feed."""
+
+    def __init__(self) -> None:
+        self.curves: dict[str, OperatingCurve] = {}
+
+    def add(self, s: Sample, info: Optional[ArmInfo] = None, interval_s: float = 1.0) -> None:
+        c = self.curves.get(s.arm)
+        if c is None:
+            c = self.curves[s.arm] = OperatingCurve(s.arm)
+        if info is not None:
+            c.set_info(info)
+        c.add(s, interval_s)
+
+    def knees(self) -> dict[str, ObservedKnee]:
+        return {arm: c.knee() for arm, c in self.curves.items() if c.evidence_s > 0}
+
+
+def knee_line(arm: str, k: ObservedKnee) -> str:
+    """The headless line: `knee [observed] ARM: ...`."""
+    if k.concurrency is None:
+        return f"knee [observed] {arm}: none yet ({k.reason})"
+    head = ""
+    if k.running_now is not None:
+        head = (f"; running {k.running_now} of {k.concurrency}: room for ~{k.headroom} more before "
+                f"{'queueing' if k.limit != 'compute' else 'throughput stops growing'}")
+    share = f"; queue {k.queue_share_now:.0%} of TTFT now" if k.queue_share_now is not None else ""
+    return (f"knee [observed] {arm}: {k.concurrency} running, limit {k.limit}, "
+            f"{k.evidence_s:.0f} s of evidence ({k.confidence}){head}{share}; {k.reason}")
