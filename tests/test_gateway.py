@@ -337,6 +337,10 @@ def test_pd_mode_prefill_and_decode(model_dir, tmp_path):
             status, body = post(wrong.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
             assert status >= 500 and b"bootstrap" in body
             reading = poll(GatewayFleet(gw.url, metrics_url=gw.metrics_url))
+            # the PD gateway's own timing (smg_pd_*), for the fleet's header line
+            st = reading.status
+            assert st.pd_ttft_s is not None and st.pd_prefill_s is not None
+            assert 0 < st.pd_prefill_s <= st.pd_ttft_s < 30
             roles = {w.url: w.role for w in reading.workers}
             assert roles == {pre.url: "prefill", dec.url: "decode"}
             assert (reading.status.healthy, reading.status.total) == (2, 2)

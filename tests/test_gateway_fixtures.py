@@ -117,3 +117,34 @@ def test_smg_1_13_pd_timing_sums_and_counts():
         assert (total, n) == (want_sum, want_n) and n > 0
     # the 0.3.2 gateway has no PD timing of its own
     assert parse_gateway_metrics((DATA / "gateway-0.3.2" / "pd" / "prometheus.prom").read_text()).pd == {}
+
+
+async def test_the_fleet_header_shows_the_pd_timing_of_the_recorded_pd_gateway():
+    """The PD view's hook: a poll's smg_pd_* means, on the fleet's header line."""
+    from textual.app import App
+
+    from specmon.model import FleetStatus
+    from specmon.sources.gateway import GatewayFleet
+    from specmon.tui.state import SessionState
+    from specmon.tui.widgets.fleet import FleetHeader
+
+    gm = parse_gateway_metrics((DATA / "gateway-smg-1.13" / "pd" / "prometheus.prom").read_text())
+    fleet = GatewayFleet("http://127.0.0.1:9")  # never polled: its window arithmetic only
+    pd = dict(fleet._pd_window(gm.pd))
+    ttft, prefill = gm.pd["ttft"], gm.pd["prefill"]
+    assert pd["ttft"] == ttft[0] / ttft[1] and pd["prefill"] == prefill[0] / prefill[1]
+    # two more requests, 1.0 s and 0.2 s more: the next window's mean is theirs alone
+    later = {"ttft": (ttft[0] + 1.0, ttft[1] + 2), "prefill": (prefill[0] + 0.2, prefill[1] + 2)}
+    assert fleet._pd_window(later) == pytest.approx({"ttft": 0.5, "prefill": 0.1})
+    assert fleet._pd_window(later) == pytest.approx({"ttft": 0.5, "prefill": 0.1})  # no request since: kept
+
+    class One(App):
+        def compose(self):
+            yield FleetHeader(SessionState(), id="h")
+
+    status = FleetStatus(name="gateway pd", kind="gateway", url="u", up=True, pd_ttft_s=pd["ttft"],
+                         pd_prefill_s=pd["prefill"])
+    async with One().run_test() as pilot:
+        line = pilot.app.query_one("#h", FleetHeader).line(status).plain
+    assert f"PD TTFT {pd['ttft'] * 1e3:,.0f} ms (prefill {pd['prefill'] * 1e3:,.0f} ms)" in line
+    assert "PD TTFT 915 ms (prefill 7 ms)" in line  # the recording's own sums and counts, as docs/gateway.md says
