@@ -80,9 +80,12 @@ def _spark_reference(values, width, height=1, lo=None, hi=None):
     vals = list(values)[-width:] if width > 0 else []
     known = [v for v in vals if v is not None and not math.isnan(v)]
     lo = (min(0.0, min(known)) if known else 0.0) if lo is None else lo
-    hi = (max(known) if known else 1.0) if hi is None else hi
-    span = hi - lo if hi > lo else 1.0
     height = max(height, 1)
+    if hi is None:
+        hi = max(known) if known else 1.0
+        if known and hi > lo and min(known) == hi:  # never changes: one eighth, a low line
+            hi = lo + (hi - lo) * height * 8
+    span = hi - lo if hi > lo else 1.0
     rows = []
     for r in range(height):
         line = " " * (max(width, 0) - len(vals))

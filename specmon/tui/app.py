@@ -36,6 +36,7 @@ from specmon.tui.widgets.log_pane import LogPane
 from specmon.tui.widgets.ramp import RampPane
 from specmon.tui.widgets.status_bar import StatusBar
 
+CONFIRM_S = 5.0  # a second ctrl+c within this quits a running ramp
 QUIT_WAIT_S = 15.0  # how long q waits for the session to close its recording
 # Below the arm panels the ramp pane needs its border, its progress line and a few table rows; when
 # the panels leave less than this, each arm becomes one line (compact mode) and `r` shows the rest.
@@ -54,6 +55,9 @@ class SpecmonApp(App[str]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # ctrl+c quits as in any terminal program (Textual's own binding only says to press
+        # ctrl+q); while a ramp runs it asks first: a second ctrl+c within CONFIRM_S
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
         Binding("p", "toggle_display", "pause"),
         # m, s and / are in `?` help, not the footer: at 80 columns it holds the rest and, over
         # the fleet table, the table's sort key, each whole
@@ -85,6 +89,7 @@ class SpecmonApp(App[str]):
         self.user_marks = 0  # marks placed with m in this app
         self._fleet_focused = False  # the fleet table has been given the focus once
         self.exit_reason: Optional[str] = None
+        self._interrupt_at: Optional[float] = None  # monotonic time of a ctrl+c waiting for its second
         self._stop: Optional[asyncio.Event] = None
         self._live_worker: Optional[Worker] = None
         self.out_dir: Optional[Path] = Path(live.out_dir) if live.out_dir else None
@@ -416,6 +421,23 @@ class SpecmonApp(App[str]):
             except Exception:  # timed out or the session failed: it is over either way
                 worker.cancel()
         self.exit(self.exit_reason or "quit")
+
+    def ramp_running(self) -> bool:
+        """A ramp has started, has not ended, and the session still runs."""
+        worker = self._live_worker
+        with self.state.lock:
+            started, finished = self.state.ramp_started, self.state.ramp_finished
+        return bool(started) and finished is None and worker is not None and worker.is_running
+
+    async def action_interrupt(self) -> None:
+        now = time.monotonic()
+        if self.ramp_running() and (self._interrupt_at is None or now - self._interrupt_at > CONFIRM_S):
+            self._interrupt_at = now
+            self.notify(f"a ramp is running: ctrl+c again within {CONFIRM_S:g} s quits (q too)",
+                        title="quit?", severity="warning", timeout=CONFIRM_S)
+            return
+        self._interrupt_at = None
+        await self.action_quit()
 
     def action_toggle_display(self) -> None:
         self.display_paused = not self.display_paused

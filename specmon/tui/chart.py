@@ -13,6 +13,8 @@ from typing import Optional, Sequence
 BLOCKS = " ▁▂▃▄▅▆▇█"
 # One glyph per arm so plots stay readable without colour (NO_COLOR).
 ARM_GLYPHS = "●▲■◆✚★"
+# Queue time over half of TTFT: a letter, not a shape, so that it is never read as an arm's glyph.
+QUEUE_MARK = "Q"
 
 
 def arm_glyph(index: int) -> str:
@@ -23,8 +25,8 @@ def spark_rows(values: Sequence[Optional[float]], width: int, height: int = 1,
                lo: Optional[float] = None, hi: Optional[float] = None) -> list[str]:
     """The last `width` values as `height` rows of block characters, top row first.
 
-    lo/hi fix the scale (e.g. 0..1 for a usage share); by default 0..max so a flat line at a
-    high value does not look empty, and a flat zero stays at the bottom.
+    lo/hi fix the scale (e.g. 0..1 for a usage share); by default 0..max, and a series that
+    never changes is a low line (one eighth) whatever its value; a flat zero stays at the bottom.
     """
     # Each panel draws ~10 of these a tick at ~70 columns: one comprehension for the cells'
     # eighths and one glyph table per row (a Python loop with min/max per cell cost ~80 us each,
@@ -37,6 +39,10 @@ def spark_rows(values: Sequence[Optional[float]], width: int, height: int = 1,
         lo = min(0.0, min(known)) if known else 0.0
     if hi is None:
         hi = max(known) if known else 1.0
+        if known and hi > lo and min(known) == hi:
+            # a flat series on its own scale would fill every cell (a full bar reads as 'at the
+            # top'): nothing changed, so it is drawn as a low line of one eighth
+            hi = lo + (hi - lo) * height * 8
     span = hi - lo if hi > lo else 1.0
     levels = height * 8
     # a cell's eighths from the bottom; -1 a gap (the glyph tables end with a blank for it).

@@ -17,7 +17,8 @@ from specmon.tui.widgets.log_pane import LogPane
 from specmon.tui.widgets.ramp import LevelTable
 
 KEYS = [
-    ("q", "quit (stops the session, closes the recording)"),
+    ("q / ctrl+q", "quit (stops the session, closes the recording)"),
+    ("ctrl+c", "quit too; while a ramp runs, press it twice (within 5 s)"),
     ("p", "pause the display (collection and recording go on)"),
     ("m", "add a labelled marker row to samples.csv"),
     ("s", "save an SVG screenshot into the session folder"),
@@ -37,7 +38,7 @@ LEGEND = [
     ("Accept", "speculative acceptance length (tokens per verify step); 'no speculation' when off"),
     ("Reqs", "running / request cap, and queued; history: running left, queued right"),
     ("Gen", "generation tok/s (server), and per running request"),
-    ("TTFT", "server TTFT p50/p90 over the scrape window; ▲ when queue time > 50 % of TTFT"),
+    ("TTFT", "server TTFT p50/p90 over the scrape window; Q when queue time > 50 % of TTFT (the arms' own marks are ● ▲ ■ ◆ ✚ ★)"),
     ("one line", "a small terminal shows each arm on one line: GPU memory, KV, accept, run/cap, queue, "
                  "tok/s, TTFT"),
     ("◆ ┆", "confirmed knee on the ramp plots; ┊ the knee predicted from KV capacity"),
@@ -64,6 +65,10 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("specmon keys", style="bold"), id="help-title")
             yield Static(keys)
             yield Static(Text("escape closes", style="dim"))
+
+    def on_mount(self) -> None:
+        # on the border, so that it shows however little of the box fits (80x24 shows half)
+        self.query_one("#help-box").border_subtitle = "escape closes · ↑↓ PgUp PgDn scroll"
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -19,7 +19,8 @@ def arm_status(arm: ArmState) -> tuple[str, str]:
             return (arm.phase, "bad" if arm.phase == "failed" else "warn")
         return ("waiting", "dim")
     if s.up and s.state == "up":
-        return ("up" + (f" · {s.source}" if s.source else ""), "good")
+        source = "/v1/loads" if s.source == "loads" else s.source  # the fallback by its endpoint
+        return ("up" + (f" · {source}" if source else ""), "good")
     words = s.state + (f": {s.reason}" if s.reason else "")
     return (words, "bad" if s.state in DOWN_STATES else "warn")
 
@@ -65,7 +66,10 @@ class ArmHeader:
             words, kind = arm_status(arm)
             first: list[Text] = []
             if kind in ("bad", "warn"):
-                first.append(Text(("▲ " if kind == "bad" else "") + words, style=self.st(kind)))
+                first.append(Text(("! " if kind == "bad" else "") + words, style=self.st(kind)))
+            if arm.last is not None and arm.last.up and arm.last.source == "loads":
+                # no --enable-metrics on the server: fewer figures (no TTFT, no accept histories)
+                first.append(Text("figures from /v1/loads (metrics off)", style=self.st("warn")))
             url = arm.url or "—"
             first.append(Text(url.split("://", 1)[-1], style=self.st("unit")))
             model = (info.served_model_name or info.model) if info else None

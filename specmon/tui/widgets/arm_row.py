@@ -3,7 +3,7 @@
 The same six figures as the panel, in columns under one header row (ArmRowsHeader): GPU memory
 (a simulated arm's simulated card: the header says 'sim GiB', or the cell 'sim' beside real ones),
 KV pool occupancy, acceptance length, running (of the cap) and queued, generation tok/s, and TTFT
-p50/p90 (▲ when queue time is most of it). An arm that is not up says its state instead. Columns
+p50/p90 (Q when queue time is most of it). An arm that is not up says its state instead. Columns
 are dropped whole, never cut, where the names would not fit whole; a layout's `panes:` drops its
 columns too.
 """
@@ -19,7 +19,7 @@ from rich.text import Text
 from specmon.analysis.knee import QUEUE_TTFT_SHARE, queue_share
 from specmon.model import Sample, kv_usage_of
 from specmon.tui import fmt
-from specmon.tui.chart import arm_glyph
+from specmon.tui.chart import QUEUE_MARK, arm_glyph
 from specmon.tui.state import ArmState, SessionState
 from specmon.tui.widgets.arm_header import arm_status
 from specmon.tui.widgets.base import StyledWidget
@@ -123,7 +123,7 @@ class ArmRow:
             words, kind = arm_status(arm)
             if s is None or not s.up:
                 room = max(width - t.cell_len - 1, 0)
-                t.append(" " + fit_words(("▲ " if kind == "bad" else "") + words, room),
+                t.append(" " + fit_words(("! " if kind == "bad" else "") + words, room),
                          style=self.st(kind if kind != "good" else "dim"))
                 return t
             for c in cols:
@@ -163,7 +163,7 @@ class ArmRow:
         if key == "ttft_p90":
             return fmt.secs(s.ttft_p90_s), value
         share = queue_share(s)
-        return ("▲" if share is not None and share > QUEUE_TTFT_SHARE else ""), self.st("warn")
+        return (QUEUE_MARK if share is not None and share > QUEUE_TTFT_SHARE else ""), self.st("warn")
 
 
 def fit_words(words: str, room: int) -> str:

@@ -15,11 +15,28 @@ class LogPane(Log):
         self.arm_name = arm
         self.shown_total = 0  # arm.log_total already written
         self.search: str = ""
+        # Follow the tail until the reader scrolls up (and again once back at the end). Log's own
+        # auto_scroll follows only while its offset is at the end: lines written before the pane
+        # had its size (the detail view's first ~40) left the offset short of the end once laid
+        # out, and it never followed again.
+        self.follow = True
 
     def on_mount(self) -> None:
         arm = self.session.arm(self.arm_name)
         self.border_title = f"{arm_glyph(arm.index)} {self.arm_name} log"
         self.redraw()
+        self.call_after_refresh(self._to_end)
+
+    def _to_end(self) -> None:
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if self.size.height and new < old:  # the reader scrolled up: stay where they are
+            self.follow = new >= self.max_scroll_y
+        elif new >= self.max_scroll_y:
+            self.follow = True
 
     def _matches(self, line: str) -> bool:
         return not self.search or self.search.lower() in line.lower()
@@ -33,7 +50,8 @@ class LogPane(Log):
             self.shown_total = arm.log_total
         lines = [x for x in lines if self._matches(x)]
         if lines:
-            self.write_lines(lines)
+            self.write_lines(lines, scroll_end=False)
+            self._to_end()
 
     def set_search(self, text: str) -> None:
         self.search = text
@@ -43,5 +61,7 @@ class LogPane(Log):
             arm = self.session.arm(self.arm_name)
             lines = [x for x in arm.logs if self._matches(x)]
             self.shown_total = arm.log_total
-        self.write_lines(lines)
+        self.write_lines(lines, scroll_end=False)
+        self.follow = True
+        self._to_end()
         self.border_subtitle = f"/{text}  {len(lines)} lines" if text else ""

@@ -56,7 +56,8 @@ class StatusBar(StyledWidget):
     def __init__(self, session: SessionState, title: str, mode: str, out_dir: Optional[str], **kw) -> None:
         super().__init__(**kw)
         self.session = session
-        self.title_text = title
+        # the bar opens with ' specmon ': a title that starts with the name too would say it twice
+        self.title_text = title[len('specmon '):] if title.startswith('specmon ') else title
         self.mode = mode
         self.out_dir = out_dir
         self.display_paused = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from specmon.tui import fmt
+from specmon.tui.chart import QUEUE_MARK
 from specmon.analysis.knee import QUEUE_TTFT_SHARE, queue_share
 from specmon.tui.widgets.base import ArmPane, assemble, text
 
@@ -23,7 +24,7 @@ class TtftPane(ArmPane):
             return text("queue share —", self.st("dim"))
         words = f"TTFT {fmt.secs(s.ttft_mean_s)}: {fmt.secs(s.queue_time_mean_s)} queue"
         if share > QUEUE_TTFT_SHARE:
-            return text("▲ " + words, self.st("warn"))
+            return text(f"{QUEUE_MARK} " + words, self.st("warn"))
         return text(f"{words} ({share * 100:.0f}%)", self.st("dim"))
 
     def value(self) -> Text:

@@ -1,0 +1,124 @@
+"""The operator's first hour in the TUI: the detail view's log follows new lines, ctrl+c quits
+(asking first while a ramp runs), a flat history is a low line, marks that do not collide, and
+the title says specmon once. Driven by replays of recorded sim sessions and events emitted
+through the app's own entry point (SpecmonApp.emit), as a live session emits them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from specmon.model import LogLine
+from specmon.session.replay import ReplaySource
+from specmon.tui.app import SpecmonApp
+from specmon.tui.chart import ARM_GLYPHS, QUEUE_MARK, spark_rows
+from specmon.tui.screens import ArmDetailScreen
+from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.status_bar import StatusBar
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pilots import wait_for, wait_replay_end  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+def _app(name: str = "session_sim_1arm", title: str = "t") -> SpecmonApp:
+    return SpecmonApp(ReplaySource(DATA / name, speed=1e9), title)
+
+
+async def test_detail_log_follows_new_lines():
+    app = _app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_replay_end(pilot)
+        arm = app.state.arm_names()[0]
+        for i in range(60):  # a server's first lines, before the detail view opens
+            app.emit(LogLine(arm=arm, line=f"startup line {i}"))
+        await pilot.pause()
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ArmDetailScreen), what="detail view")
+        await pilot.pause()
+        pane = app.screen.query_one(LogPane)
+        for batch in range(3):  # then more arrive, a tick's worth at a time
+            for i in range(15):
+                app.emit(LogLine(arm=arm, line=f"later {batch}.{i}"))
+            await pilot.pause()
+            await pilot.pause()
+            assert pane.max_scroll_y > 0
+            assert pane.scroll_offset.y == pane.max_scroll_y, (batch, pane.scroll_offset.y, pane.max_scroll_y)
+        shown = [pane.lines[y] for y in range(pane.scroll_offset.y, len(pane.lines))]
+        assert shown[-1] == "later 2.14"
+        # scrolled up, it stays put while lines arrive; back at the end it follows again
+        pane.scroll_to(y=0, animate=False, immediate=True)
+        app.emit(LogLine(arm=arm, line="while reading"))
+        await pilot.pause()
+        await pilot.pause()
+        assert pane.scroll_offset.y == 0
+        pane.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        app.emit(LogLine(arm=arm, line="after reading"))
+        await pilot.pause()
+        await pilot.pause()
+        assert pane.scroll_offset.y == pane.max_scroll_y
+        assert pane.lines[-1] == "after reading"
+
+
+async def test_ctrl_c_quits_when_no_ramp_runs():
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_replay_end(pilot)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.is_running, timeout=10, what="the app to quit")
+    assert app.return_value == app.exit_reason or app.return_value is not None
+
+
+async def test_ctrl_c_asks_first_while_a_ramp_runs():
+    # A 15 s recording played at its own pace, held paused once its ramp started: a ramp started
+    # and not finished, the session running.
+    src = ReplaySource(DATA / "session_sim_1arm", speed=1.0)
+    app = SpecmonApp(src, "t")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.state.ramp_started, what="the ramp to start")
+        src.pause_ramp()
+        await pilot.pause()
+        assert app.ramp_running()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running, "one ctrl+c during a ramp only asks"
+        assert any("ctrl+c again" in str(n.message) for n in app._notifications)
+        src.resume_ramp()
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.is_running, timeout=15, what="the second ctrl+c to quit")
+
+
+async def test_help_names_every_way_out():
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_replay_end(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        svg = app.export_screenshot()
+        assert "ctrl+q" in svg and "ctrl+c" in svg
+        box = app.screen.query_one("#help-box")
+        # taller than 24 rows: the box says it scrolls, on its border (always in view)
+        assert box.max_scroll_y > 0 and "scroll" in str(box.border_subtitle)
+
+
+def test_flat_history_is_a_low_line():
+    assert spark_rows([0.8] * 10, 10) == ["▁" * 10]
+    assert spark_rows([0.8] * 10, 10, lo=0.0) == ["▁" * 10]
+    rows = spark_rows([2.0] * 4, 4, height=3)
+    assert rows[-1] == "▁" * 4 and rows[0] == rows[1] == " " * 4
+    assert spark_rows([0.0] * 5, 5) == [" " * 5]  # nothing at all
+    assert spark_rows([1.0, 2.0], 2) == ["▄█"]  # a changing one keeps its scale
+
+
+def test_queue_mark_is_no_arm_glyph():
+    assert QUEUE_MARK not in ARM_GLYPHS
+
+
+async def test_title_says_specmon_once():
+    app = _app(title="specmon demo")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_replay_end(pilot)
+        line = str(app.query_one(StatusBar).render())
+        assert "specmon demo" in line and "specmon specmon" not in line
