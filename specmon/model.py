@@ -377,6 +377,12 @@ class LevelResult:
     arm: str
     level: int
     offered_concurrency: int
+    # SGLang's own speculative counts for it (meta_info; sources/spec_counts.py lists their names): drafts
+    # accepted, drafts proposed, and the accepted-drafts-per-verify-step histogram as `k:count`
+    # pairs. None where the server did not return them.
+    spec_accepted_drafts: Optional[int] = None
+    spec_proposed_drafts: Optional[int] = None
+    spec_accept_hist: Optional[str] = None
     achieved_concurrency: Optional[float] = None
     duration_s: Optional[float] = None
     ok: int = 0
@@ -385,6 +391,7 @@ class LevelResult:
     per_user_tok_s: Optional[float] = None
     ttft_p50_s: Optional[float] = None
     ttft_p90_s: Optional[float] = None
+    "spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_hist",
     ttft_p99_s: Optional[float] = None
     ttft_mean_s: Optional[float] = None
     tpot_p50_s: Optional[float] = None
@@ -453,6 +460,11 @@ def offered_label(concurrency: Optional[float], rate: Optional[float] = None) ->
         return f"r={rate:g}/s"
     return f"C={'?' if concurrency is None else f'{concurrency:g}'}"
 
+    # The level's exact acceptance from its in-window requests' own counts (meta_info): accepted
+    # / proposed drafts, and the accepted-drafts-per-verify-step histogram summed over them
+    # (`k:count` pairs, `;`-separated). None where the requests did not carry them.
+    accept_rate: Optional[float] = None
+    accept_hist: Optional[str] = None
 
 def offered_key(x: float) -> str:
     """A level's offered value as a mapping key (knees, SLO levels): '8', '2.5'."""
@@ -469,7 +481,7 @@ LEVEL_COLUMNS = [
     "queue_time_mean_s", "capped_share", "queue_ttft_share", "ttft_note",
     "output_tok_s_se", "output_tok_s_batches", "slo_n", "slo_met", "slo_attainment", "knee_confirmed", "note",
     "offered_rate", "achieved_rate", "cache_hit_rate", "cached_tokens", "accept_length_source",
-    "window_start", "window_s", "worker",
+    "window_start", "window_s", "worker", "accept_rate", "accept_hist",
 ]
 
 

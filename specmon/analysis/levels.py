@@ -64,6 +64,7 @@ from specmon.analysis.stats import (batch_grid, mean, mean_se, percentile, perce
                                     t_upper_95)
 from specmon.model import LevelResult, Sample
 from specmon.sources.derive import cache_hit_share, histogram_quantile
+from specmon.sources.spec_counts import hist_text, merge_hist, spec_counts
 from specmon.sources.prom import Histogram
 
 QUEUED_SHARE_DELTA = 0.05  # queued > 5 % of C counts as a queueing sample (D2)
@@ -188,6 +189,16 @@ def level_result(arm: str, level: int, offered: int, outcomes: Sequence[TimedReq
             verify_sum += v
     r.accept_length = out_sum / verify_sum if verify_sum else None
     r.accept_length_source = "requests" if r.accept_length is not None else None
+    acc_sum = prop_sum = 0
+    hist: dict[int, int] = {}
+    for o in ok_in:
+        sc = spec_counts(o.final_meta)
+        if sc.accepted is not None and sc.proposed:
+            acc_sum += sc.accepted
+            prop_sum += sc.proposed
+        merge_hist(hist, sc.hist)
+    r.accept_rate = acc_sum / prop_sum if prop_sum else None
+    r.accept_hist = hist_text(hist)
     cached_sum = prompt_sum = 0
     reported = False
     for o in ok_in:

@@ -55,6 +55,7 @@ import h11
 from specmon import clock
 from specmon.analysis.stats import percentile_of_numbers, spread_gaps
 from specmon.load import native
+from specmon.sources.spec_counts import hist_text, spec_counts
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
 
@@ -301,6 +302,7 @@ class RequestOutcome:
         accept = out / verify if (out and isinstance(verify, (int, float)) and verify > 0) else None
         qt = meta.get("queue_time")
         cached = meta.get("cached_tokens")
+        sc = spec_counts(meta)
         return RequestRecord(
             arm=arm, level=level, offered_concurrency=offered, request_id=self.request_id,
             t_scheduled=self.t_scheduled_wall,
@@ -316,6 +318,8 @@ class RequestOutcome:
             chunks=self.events, in_window=in_window, status=self.status, error=self.error,
             cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
             turn=self.turn, rid=self.rid,
+            spec_accepted_drafts=sc.accepted, spec_proposed_drafts=sc.proposed,
+            spec_accept_hist=hist_text({k: n for k, n in enumerate(sc.hist or ()) if n}),
         )
 
 

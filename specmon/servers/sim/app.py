@@ -253,7 +253,13 @@ def build_app(st: SimState) -> Starlette:
     def meta_for(r: SimRequest, n: int, final: bool) -> dict:
         return formats.meta_info(r, n=n, final=final, clock=st.clock, enable_metrics=st.enable_metrics,
                                  spec_draft_tokens=st.num_draft_tokens, speculative=st.spec,
-                                 t_now=st.clock.now())
+                                 t_now=st.clock.now(), sglang_version=getattr(st, "sglang_version", "0.5.10"))
+
+    def spec_details(r: SimRequest, body: dict) -> Optional[dict]:
+        # 0.5.23's per-request speculative counts on the OpenAI endpoints, only when asked for.
+        if not (st.spec and body.get("return_spec_tokens_details") is True):
+            return None
+        return formats.spec_tokens_details(r, r.output_len, st.num_draft_tokens)
 
     async def gen_stream(r: SimRequest):
         ss = formats.StreamState(r)
@@ -350,7 +356,7 @@ def build_app(st: SimState) -> Starlette:
         if body.get("stream"):
             so = body.get("stream_options") or {}
             include_usage = bool(so.get("include_usage"))
-            return StreamingResponse(oai_stream(r, rid, created, model, chat, include_usage),
+            return StreamingResponse(oai_stream(r, rid, created, model, chat, include_usage, body),
                                      media_type="text/event-stream")
         n = 0
         try:
@@ -376,9 +382,14 @@ def build_app(st: SimState) -> Starlette:
                    "choices": [{"index": 0, "text": ss.text, "logprobs": None, "finish_reason": fr,
                                 "matched_stop": matched}],
                    "usage": u, "metadata": {"weight_version": "default"}}
+        details = spec_details(r, body)
+        if details is not None:
+            out["sglext"] = {"routed_experts": None, "cached_tokens_details": None, "spec_tokens_details": details,
+                             "input_ids": None, "output_ids": None}
         return JSONResponse(out)
 
-    async def oai_stream(r: SimRequest, rid: str, created: int, model: str, chat: bool, include_usage: bool):
+    async def oai_stream(r: SimRequest, rid: str, created: int, model: str, chat: bool, include_usage: bool,
+                         body: dict):
         ss = formats.StreamState(r)
         done = False
         first = True
@@ -408,8 +419,11 @@ def build_app(st: SimState) -> Starlette:
                     # SGLang puts finish_reason on the completion chunk that carries the last tokens.
                     yield "data: " + formats.completion_chunk(rid, created, model, piece, fr, matched) + "\n\n"
                 if fin:
+                    obj = "chat.completion.chunk" if chat else "text_completion"
+                    details = spec_details(r, body)
+                    if details is not None:
+                        yield "data: " + formats.sglext_chunk(rid, created, model, obj, details) + "\n\n"
                     if include_usage:
-                        obj = "chat.completion.chunk" if chat else "text_completion"
                         yield "data: " + formats.usage_chunk(rid, created, model, obj, r,
                                                              st.enable_cache_report) + "\n\n"
             yield "data: [DONE]\n\n"

@@ -47,8 +47,55 @@ def finish_reason(r: SimRequest) -> Optional[dict]:
     return {"type": "length", "length": r.output_len}
 
 
+def spec_fields(r: SimRequest, n: int, spec_draft_tokens: int, sglang_version: str = "0.5.10") -> dict:
+    """A finished request's own speculative counts, under the names its SGLang release uses
+    (0.5.23: spec_num_correct_drafts / spec_num_proposed_drafts / spec_correct_drafts_histogram;
+    0.5.10: spec_accept_token_num / spec_draft_token_num / spec_accept_histogram). Proposed drafts
+    are verify steps x (draft tokens - 1), as SGLang counts them; the histogram's index is the
+    drafts a step accepted, from the engine's acceptance model (engine.py)."""
+    m: dict = {}
+    total = r.verify_ct * (spec_draft_tokens - 1)
+    if r.verify_ct <= 0 or total <= 0:
+        return m
+    new = not sglang_version.startswith("0.5.10")
+    m["spec_accept_rate"] = r.accepted_drafts / total
+    m["spec_accept_length"] = n / r.verify_ct
+    if new:
+        m["spec_num_correct_drafts"] = r.accepted_drafts
+        m["spec_num_proposed_drafts"] = total
+    else:
+        m["spec_accept_token_num"] = r.accepted_drafts
+        m["spec_draft_token_num"] = total
+    m["spec_verify_ct"] = r.verify_ct
+    if r.accept_hist:
+        m["spec_correct_drafts_histogram" if new else "spec_accept_histogram"] = list(r.accept_hist)
+    return m
+
+
+def spec_tokens_details(r: SimRequest, n: int, spec_draft_tokens: int) -> Optional[dict]:
+    """The OpenAI endpoints' `sglext.spec_tokens_details` (0.5.23, with
+    return_spec_tokens_details): every field of SGLang's SpecTokensDetails, 0 / [] where unknown."""
+    f = spec_fields(r, n, spec_draft_tokens, "0.5.23")
+    if not f:
+        return None
+    return {"spec_accept_rate": f["spec_accept_rate"], "spec_accept_length": f["spec_accept_length"],
+            "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": f["spec_num_correct_drafts"],
+            "spec_num_proposed_drafts": f["spec_num_proposed_drafts"], "spec_verify_ct": f["spec_verify_ct"],
+            "spec_correct_drafts_histogram": f.get("spec_correct_drafts_histogram", []),
+            "spec_cap_lens_histogram": []}
+
+
+def sglext_chunk(rid: str, created: int, model: str, obj: str, details: dict) -> str:
+    """The stream's response-level sglext event (0.5.23 sends it after the last choice chunk,
+    before the usage chunk)."""
+    return dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": None,
+                  "sglext": {"routed_experts": None, "cached_tokens_details": None, "spec_tokens_details": details,
+                             "input_ids": None, "output_ids": None}}, separators=(",", ":"))
+
+
 def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool, spec_draft_tokens: int,
-              speculative: bool, t_now: float) -> dict:
+              speculative: bool, t_now: float, sglang_version: str = "0.5.10") -> dict:
     m = {
         "id": r.rid,
         "finish_reason": finish_reason(r) if final else None,
@@ -78,17 +125,8 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
     if final:
         t_fin = r.t_finished if r.t_finished is not None else t_now
         m["e2e_latency"] = t_fin - r.t_created
-        if speculative and r.verify_ct > 0:
-            guess = spec_draft_tokens - 1
-            total = r.verify_ct * guess
-            if total > 0:
-                m["spec_accept_rate"] = r.accepted_drafts / total
-                m["spec_accept_length"] = n / r.verify_ct
-                m["spec_accept_token_num"] = r.accepted_drafts
-                m["spec_draft_token_num"] = total
-                m["spec_verify_ct"] = r.verify_ct
-            if r.accept_hist:
-                m["spec_accept_histogram"] = list(r.accept_hist)
+        if speculative:
+            m.update(spec_fields(r, n, spec_draft_tokens, sglang_version))
         if enable_metrics:
             m["request_received_ts"] = clock.epoch(r.t_created)
             m["api_server_dispatch_finish_ts"] = clock.epoch(r.t_created + 0.0003)
