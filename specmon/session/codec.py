@@ -192,3 +192,185 @@ def build(tp: Any, v: Any) -> Any:
     if tp is float and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     return v
+
+
+# --------------------------------------------------------------------------------------------
+# The event log's compact ticks (events.jsonl format 2)
+#
+# A tick's samples are also in samples.csv, and an attached fleet's tick barely changes from one
+# second to the next: written in full, a 64-worker tick was ~80 KB a second, 90% of the folder.
+# So a tick is written in full once (the first after the writer starts, then one an hour, so a
+# reader never depends on a long chain), and otherwise as its changes from the tick before it:
+#   {"type":"SamplesTick","ts":T,"d":PATCH}
+# PATCH mirrors the tick's JSON: for an object, {key: PATCH} for the keys that changed; for a
+# list, {"<index>": PATCH, "n": new length when it changed}; a replaced value is [value] and a
+# removed key []. A sample whose ts is the tick's own carries no ts. The writer starts each run
+# with a {"type":"EventLog","format":2} line, which resets the reader; a log without one
+# (format 1, written before) has every tick in full, and is read the same way.
+
+LOG_FORMAT = 2
+KEYFRAME_TICKS = 3600  # a full tick at least this often
+
+
+class _Same:
+    pass
+
+
+_SAME = _Same()  # "no change" in a diff, distinct from any JSON value
+_GONE = _Same()  # a key the patch removes
+
+
+def _diff(a: Any, b: Any) -> Any:
+    ta, tb = type(a), type(b)
+    if ta is dict and tb is dict:
+        out: dict[str, Any] = {}
+        for k, v in b.items():
+            if k in a:
+                d = _diff(a[k], v)
+                if d is not _SAME:
+                    out[k] = d
+            else:
+                out[k] = [v]
+        for k in a:
+            if k not in b:
+                out[k] = []
+        return out or _SAME
+    if ta is list and tb is list:
+        out = {} if len(a) == len(b) else {"n": len(b)}
+        for i, v in enumerate(b):
+            d = _diff(a[i], v) if i < len(a) else [v]
+            if d is not _SAME:
+                out[str(i)] = d
+        return out or _SAME
+    # Same type and value only: 1, 1.0 and True are equal in Python but not in the JSON read back.
+    if ta is tb and a == b:
+        return _SAME
+    return [b]
+
+
+def _patch(a: Any, p: Any) -> Any:
+    if type(p) is list:
+        if len(p) > 1:
+            raise EventDecodeError("a replaced value is [value]")
+        return p[0] if p else _GONE
+    if type(p) is not dict:
+        raise EventDecodeError("a change is an object or a [value]")
+    if type(a) is dict:
+        out = dict(a)  # copy on write: the tick before keeps its values
+        for k, d in p.items():
+            v = _patch(a.get(k), d)
+            if v is _GONE:
+                out.pop(k, None)
+            else:
+                out[k] = v
+        return out
+    if type(a) is list:
+        n = p.get("n", len(a))
+        if type(n) is not int or n < 0:
+            raise EventDecodeError("a list's new length is a number")
+        lst = list(a[:n]) + [None] * (n - len(a))
+        for k, d in p.items():
+            if k == "n":
+                continue
+            i = int(k)
+            if not 0 <= i < n:
+                raise EventDecodeError(f"a change to item {i} of a list of {n}")
+            lst[i] = _patch(a[i] if i < len(a) else None, d)
+        return lst
+    raise EventDecodeError("a change to a value that is neither an object nor a list")
+
+
+def _tick_state(plain: dict[str, Any], ts: Any) -> dict[str, Any]:
+    """A tick's JSON as diffs compare it: without its ts, and each sample's ts left out when it
+    is the tick's (it changes every tick)."""
+    state = {k: v for k, v in plain.items() if k not in ("type", "ts")}
+    samples = state.get("samples")
+    if type(samples) is list:
+        state["samples"] = [{k: v for k, v in s.items() if k != "ts"}
+                            if type(s) is dict and s.get("ts") == ts and type(s.get("ts")) is type(ts) else s
+                            for s in samples]
+    return state
+
+
+# Events that repeat with few changes, written as their changes from the one before of the
+# same type: each tick, and the observed knees (every arm's curve, said every few seconds).
+DELTA_TYPES = ("SamplesTick", "ObservedKneesUpdated")
+
+
+class EventLogEncoder:
+    """Events into events.jsonl lines, ticks as their changes (above). One per writer."""
+
+    def __init__(self) -> None:
+        self._prev: dict[str, dict[str, Any]] = {}
+        self._since_full: dict[str, int] = {}
+        self._started = False
+
+    def encode(self, e: model.Event) -> str:
+        kind = type(e).__name__
+        if kind not in DELTA_TYPES:
+            return encode_event(e)
+        state = _tick_state(to_plain(e), e.ts)
+        head = ""
+        if not self._started:
+            self._started = True
+            head = json.dumps({"type": "EventLog", "format": LOG_FORMAT}, separators=(",", ":")) + "\n"
+        prev = self._prev.get(kind)
+        if prev is None or self._since_full.get(kind, 0) >= KEYFRAME_TICKS:
+            line = encode_event(e)
+            self._since_full[kind] = 0
+        else:
+            d = _diff(prev, state)
+            line = json.dumps({"type": kind, "ts": e.ts, "d": {} if d is _SAME else d},
+                              separators=(",", ":"), default=str)
+        self._prev[kind] = state
+        self._since_full[kind] = self._since_full.get(kind, 0) + 1
+        return head + line
+
+
+class EventLogDecoder:
+    """events.jsonl lines back into events, in order (format 1 or 2); `decode` gives None for
+    the format line."""
+
+    def __init__(self, types_by_name: Optional[dict[str, type]] = None) -> None:
+        self._types = types_by_name or event_types()
+        self._prev: dict[str, dict[str, Any]] = {}
+
+    def decode(self, line: str) -> Optional[model.Event]:
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise EventDecodeError(f"not a JSON object ({e})") from None
+        if not isinstance(obj, dict):
+            raise EventDecodeError("expected a JSON object with a 'type'")
+        kind = obj.get("type")
+        if kind == "EventLog":
+            fmt = obj.get("format")
+            if type(fmt) is not int or fmt > LOG_FORMAT:
+                raise EventDecodeError(f"event log format {fmt!r}; this specmon reads up to {LOG_FORMAT}")
+            self._prev = {}
+            return None
+        if kind not in DELTA_TYPES:
+            return _decode_obj(obj, self._types)
+        ts = obj.get("ts")
+        if "d" in obj:
+            prev = self._prev.get(kind)
+            if prev is None:
+                raise EventDecodeError(f"a {kind}'s changes with no full {kind} before them")
+            state = _patch(prev, obj["d"])
+        else:
+            state = _tick_state(obj, ts)
+        self._prev[kind] = state
+        full = dict(state)
+        if type(full.get("samples")) is list:
+            full["samples"] = [{"ts": ts, **s} if type(s) is dict and "ts" not in s else s for s in full["samples"]]
+        full["ts"] = ts
+        return build(self._types[kind], full)
+
+
+def _decode_obj(obj: dict[str, Any], types_by_name: dict[str, type]) -> model.Event:
+    if not isinstance(obj.get("type"), str):
+        raise EventDecodeError("expected a JSON object with a 'type'")
+    cls = types_by_name.get(obj.pop("type"))
+    if cls is None:
+        raise EventDecodeError("unknown event type")
+    return build(cls, obj)

@@ -305,6 +305,7 @@ class SessionWriter:
         self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
         self._observed: Optional[_CsvFile] = None
         self._events = _AppendFile(self.out_dir / EVENTS_FILE)
+        self._log = codec.EventLogEncoder()  # ticks as their changes (the samples are in samples.csv too)
         self._level_rows: list[LevelResult] = []  # levels.csv, kept to label a knee's row later
         now = clock.wall()
         self.meta = SessionMeta(
@@ -339,7 +340,7 @@ class SessionWriter:
                     return
                 if not isinstance(e, (RequestFinished, ObservedRequestsRead)):  # their CSVs are their record
                     logged = _without_curves(e) if isinstance(e, ObservedKneesUpdated) else e
-                    self._events.write_line(without_credentials(codec.encode_event(_without_secrets(logged))) + "\n")
+                    self._events.write_line(without_credentials(self._log.encode(_without_secrets(logged))) + "\n")
                 handler = self._handlers.get(type(e))
                 if handler is not None:
                     handler(e)

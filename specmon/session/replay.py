@@ -49,7 +49,7 @@ def _from_row(cls: type, row: dict[str, Optional[str]], where: str) -> Any:
 def read_event_log(path: Path) -> list[Event]:
     """events.jsonl back into events. A torn last line (the process was killed mid-write) is
     dropped; any other bad line is one clear error naming the file and line."""
-    types_by_name = codec.event_types()
+    decoder = codec.EventLogDecoder(codec.event_types())  # format 1 (every tick in full) or 2 (changes)
     events: list[Event] = []
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
@@ -58,7 +58,9 @@ def read_event_log(path: Path) -> list[Event]:
         if not line.strip():
             continue
         try:
-            events.append(codec.decode_event(line, types_by_name))
+            e = decoder.decode(line)
+            if e is not None:
+                events.append(e)
         except (codec.EventDecodeError, TypeError, KeyError, ValueError) as e:
             if i == last:
                 break  # no newline yet: the line was being written when the recording stopped

@@ -33,6 +33,7 @@ from specmon import clock
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
 from specmon.sources import http
+from specmon.sources import sglang_names as names
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.serverinfo import (
@@ -51,12 +52,16 @@ _MAX_DOUBLINGS = 30
 
 # The series a Sample is made of (bare names; histograms by base name); the rest of /metrics
 # is skipped before parsing. Keep in step with _sample_from_metrics and RESET_COUNTERS.
-USED_METRICS = frozenset({
-    "num_running_reqs", "num_queue_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
-    "gen_throughput", "spec_accept_length", "spec_accept_rate", "new_token_ratio", "num_requests_total",
-    "prompt_tokens_total", "generation_tokens_total", "realtime_tokens_total", "http_requests_total",
-    "time_to_first_token_seconds", "queue_time_seconds", "inter_token_latency_seconds", "cached_tokens_total",
-})
+# Names per SGLang release come from sources/sglang_names.py.
+USED_METRICS = names.used_metrics(
+    "running", "queued", "kv_used", "kv_capacity", "token_usage", "gen_throughput", "accept_length",
+    "accept_rate", "new_token_ratio", "requests_total", "prompt_tokens", "generation_tokens", "realtime_tokens",
+    "http_requests", "ttft", "queue_time", "itl", "cached_tokens", "kv_evictable", "kv_available",
+    "scheduler_idle", "retracted_reqs", "retractions_hist",
+)
+# bare names of the figures read below (one name in every supported release)
+RUNNING, QUEUED, KV_USED, KV_CAP = (names.metric1(k) for k in ("running", "queued", "kv_used", "kv_capacity"))
+TOKEN_USAGE, REALTIME, TTFT = names.metric1("token_usage"), names.metric1("realtime_tokens"), names.metric1("ttft")
 
 
 class _Failure(Exception):
@@ -390,7 +395,8 @@ class ArmCollector:
             self.scrape_started = None
         self._failures = 0
         self._retry_at = 0.0
-        sample.scrape_s = clock.wall() - t0
+        # to the 0.1 ms (all a scrape time tells): 17 digits of float noise a worker a tick added up on disk
+        sample.scrape_s = round(clock.wall() - t0, 4)
         self.last_state, self.last_reason = sample.state, sample.reason
         return sample
 
@@ -484,55 +490,70 @@ class ArmCollector:
             self._info_due = 0.0  # a restarted server may run with other settings
         w = self.window
         scale = info.time_scale if info else 1.0
-        used = _int(snap.value("num_used_tokens"))
-        cap = _int(snap.value("max_total_num_tokens"))
+        m = names.metric1
+        used = _int(snap.value(KV_USED))
+        cap = _int(snap.value(KV_CAP))
         if cap is None and info:
             cap = info.kv_capacity_tokens
         # KV usage: SGLang's own token_usage gauge (num_used_tokens / pool, or the max over
         # pools for hybrid SWA/Mamba models); used/capacity only when the gauge is missing.
-        usage = kv_usage_of(_nonneg(snap.value("token_usage")), used, cap)
+        usage = kv_usage_of(_nonneg(snap.value(TOKEN_USAGE)), used, cap)
         # Output tok/s: emitted tokens per (simulated) second from the per-step decode counter;
         # generation_tokens_total (added at request finish, so it lags) only if that is absent.
-        gen = w.rate("realtime_tokens_total", scale, mode="decode")
-        if gen is None and not snap.has("realtime_tokens_total"):
-            gen = w.rate("generation_tokens_total", scale)
+        gen = w.rate(REALTIME, scale, mode="decode")
+        if gen is None and not snap.has(REALTIME):
+            gen = w.rate(m("generation_tokens"), scale)
         spec_enabled = info.speculative if info else None
         accept_len = accept_rate = None
         if spec_enabled is not False:
-            g = snap.value("spec_accept_length")
+            g = snap.value(m("accept_length"))
             # The gauge is 0.0 when speculation is off or before the first decode window;
             # a real acceptance length is >= 1 (bonus token included).
             if g is not None and g >= 1.0:
                 accept_len = g
-                accept_rate = _nonneg(snap.value("spec_accept_rate"))
-        self.last_new_token_ratio = snap.value("new_token_ratio")
+                accept_rate = _nonneg(snap.value(m("accept_rate")))
+        self.last_new_token_ratio = snap.value(m("new_token_ratio"))
         # Prefix-cache hits over the rate window: the scheduler's prefill tokens by mode (each
         # prefill batch), else the tokenizer's cached / prompt tokens (each finished request).
-        hit = w.rate_since_born("realtime_tokens_total", scale, mode="prefill_cache")
-        compute = w.rate("realtime_tokens_total", scale, mode="prefill_compute")
-        if hit is None and compute is not None and snap.value("realtime_tokens_total", mode="prefill_cache") is None:
+        hit = w.rate_since_born(REALTIME, scale, mode="prefill_cache")
+        compute = w.rate(REALTIME, scale, mode="prefill_compute")
+        if hit is None and compute is not None and snap.value(REALTIME, mode="prefill_cache") is None:
             hit = 0.0  # SGLang creates the prefill_cache series at its first hit: there was none yet
         if hit is not None and compute is not None and hit + compute > 0:
             cache_hit_rate = hit / (hit + compute)
         else:
-            cached, prompt = w.rate_since_born("cached_tokens_total", scale), w.rate("prompt_tokens_total", scale)
+            cached, prompt = w.rate_since_born(m("cached_tokens"), scale), w.rate(m("prompt_tokens"), scale)
             cache_hit_rate = min(cached / prompt, 1.0) if cached is not None and prompt else None
+        # Scheduler busy share: idle seconds per second over the rate window (the counter is in
+        # the server's own seconds, as the window's rates are per the server's second).
+        idle = w.rate(m("scheduler_idle"), scale)
+        busy = None if idle is None else min(max(1.0 - idle, 0.0), 1.0)
+        # Retractions of finished requests per second: 0.5.10's per-request histogram (its sum).
+        retr_rate = None
+        hist = names.metric("retractions_hist")
+        if hist:
+            retr_rate = _nonneg(w.rate(hist[0] + "_sum", scale))
         return with_ranks(Sample(
             ts=t0, arm=self.spec.name, up=True, state="up", source="metrics",
-            running_reqs=_int(snap.value("num_running_reqs")),
-            queued_reqs=_int(snap.value("num_queue_reqs")),
+            running_reqs=_int(snap.value(RUNNING)),
+            queued_reqs=_int(snap.value(QUEUED)),
             kv_used_tokens=used, kv_capacity_tokens=cap, kv_usage=usage,
-            gen_tok_s=gen, gen_tok_s_gauge=_nonneg(snap.value("gen_throughput")),
+            gen_tok_s=gen, gen_tok_s_gauge=_nonneg(snap.value(m("gen_throughput"))),
             accept_length=accept_len, accept_rate=accept_rate, spec_enabled=spec_enabled,
-            ttft_p50_s=w.quantile("time_to_first_token_seconds", 0.5),
-            ttft_p90_s=w.quantile("time_to_first_token_seconds", 0.9),
-            ttft_p99_s=w.quantile("time_to_first_token_seconds", 0.99),
-            ttft_mean_s=w.mean("time_to_first_token_seconds"),
-            queue_time_p50_s=w.quantile("queue_time_seconds", 0.5),
-            queue_time_mean_s=w.mean("queue_time_seconds"),
-            itl_mean_s=w.mean("inter_token_latency_seconds"),
-            requests_finished_total=_nonneg(snap.value("num_requests_total")),
+            ttft_p50_s=w.quantile(TTFT, 0.5),
+            ttft_p90_s=w.quantile(TTFT, 0.9),
+            ttft_p99_s=w.quantile(TTFT, 0.99),
+            ttft_mean_s=w.mean(TTFT),
+            queue_time_p50_s=w.quantile(m("queue_time"), 0.5),
+            queue_time_mean_s=w.mean(m("queue_time")),
+            itl_mean_s=w.mean(m("itl")),
+            requests_finished_total=_nonneg(snap.value(m("requests_total"))),
             server_restarted=restarted, cache_hit_rate=cache_hit_rate,
+            kv_evictable_tokens=_int(snap.value(m("kv_evictable"))),
+            kv_available_tokens=_int(snap.value(m("kv_available"))),
+            scheduler_busy_share=busy,
+            retracted_reqs=_int(snap.value(m("retracted_reqs"))),
+            retractions_per_s=retr_rate,
         ), ranks_from_metrics(snap))
 
     async def _from_loads(self, t0: float) -> tuple[Optional[Sample], Optional[str], bool]:
