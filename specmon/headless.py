@@ -131,8 +131,14 @@ def noise_note(resolved: Optional[bool]) -> str:
 
 
 def knees_line(arm: str, k: KneesSummary, rates: bool = False) -> str:
-    """One arm's knees at the end of the ramp: 'fp8-mtp: plateau C=18 (within the noise); power knee
-    C=18 (confirmed); SLO (TTFT<=2 s) met up to C=10, goodput peak C=14'."""
+    """One arm's knees at the end of the ramp, the headline first (the knee to act on: queueing,
+    else plateau), then every other figure: 'fp8-mtp: knee: queueing knee C=20 | also: plateau
+    C=18 (within the noise); queueing C=20; power knee C=18 (confirmed); SLO (TTFT<=2 s) met up to
+    C=10, goodput peak C=14'."""
+    if k.headline is not None:  # its words say when it sits on the ramp's last level
+        head = f"knee: {k.headline.words}"
+    else:
+        head = "knee: none called" + (f" ({k.ramp_end})" if k.ramp_end else "")
     parts = []
 
     def at(x: Optional[float]) -> str:
@@ -153,7 +159,7 @@ def knees_line(arm: str, k: KneesSummary, rates: bool = False) -> str:
                                   rates=rates))
     if k.search is not None:
         parts.append(search_words(k.search))
-    return f"{arm}: " + "; ".join(parts)
+    return f"{arm}: {head} | also: " + "; ".join(parts)
 
 
 # Events the printer writes no line for (render and fleet_lines say nothing of them).

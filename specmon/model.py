@@ -78,6 +78,10 @@ class ArmInfo:
     # The server said it is specmon's simulator (/server_info's sim_profile, which SGLang never
     # writes): only then does specmon ask it for the GPU it simulates (sources/simgpu.py).
     simulated: bool = False
+    # Start-up seconds by phase as the server reports them (0.5.23's /server_info startup_time:
+    # load_weight, kv_cache_allocation, scheduler_e2e, cuda_graph (its phases summed),
+    # tokenizer_e2e); None where it does not.
+    startup_s: Optional[dict[str, float]] = None
 
     @property
     def speculative(self) -> Optional[bool]:
@@ -101,6 +105,8 @@ class ArmInfo:
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "max_running_requests": self.max_running_requests,
             "tp_size": self.tp_size,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "startup_s": self.startup_s,
         }
 
 
@@ -282,6 +288,16 @@ class Sample:
     ranks: Optional[list[RankReading]] = None  # one per DP rank when the server exports them
     stale_s: Optional[float] = None  # fleets: age of the newest value behind this row (series, turn)
     cache_hit_rate: Optional[float] = None  # prefix-cache hits / prompt tokens over a window (Prometheus fleets)
+    # SGLang 0.5.23's split of the KV pool: used (kv_used_tokens) + evictable (held only by the
+    # radix cache, freed on demand) + available (free) = capacity. None where the server lacks them.
+    kv_evictable_tokens: Optional[int] = None
+    kv_available_tokens: Optional[int] = None
+    # 1 - the share of wall time the scheduler was idle over the rate window (0.5.23's
+    # scheduler_idle_seconds_total): how busy the engine loop is, independent of batch size.
+    scheduler_busy_share: Optional[float] = None
+    retracted_reqs: Optional[int] = None  # SGLang's num_retracted_reqs gauge
+    # retractions per second of finished requests (0.5.10's num_retractions histogram; 0.5.23 has no counter)
+    retractions_per_s: Optional[float] = None
 
 
 def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[int]) -> Optional[float]:
@@ -307,6 +323,8 @@ SAMPLE_COLUMNS = [
     "worker", "role", "dp_rank", "stale_s",
     "cache_hit_rate",
     "gpu_source",
+    # SGLang 0.5.23's KV split, scheduler busy share, retractions
+    "kv_evictable_tokens", "kv_available_tokens", "scheduler_busy_share", "retracted_reqs", "retractions_per_s",
 ]
 
 
@@ -359,6 +377,12 @@ class RequestRecord:
     # The server's own id for the request (SGLang's meta_info.id, its rid; the "id" of an OpenAI
     # chunk): what joins this row with the server's logs, traces and a wire log.
     rid: Optional[str] = None
+    # SGLang's own speculative counts for it (meta_info; sources/spec_counts.py lists their names): drafts
+    # accepted, drafts proposed, and the accepted-drafts-per-verify-step histogram as `k:count`
+    # pairs. None where the server did not return them.
+    spec_accepted_drafts: Optional[int] = None
+    spec_proposed_drafts: Optional[int] = None
+    spec_accept_hist: Optional[str] = None
 
 
 REQUEST_COLUMNS = [
@@ -367,6 +391,7 @@ REQUEST_COLUMNS = [
     # additions
     "t_scheduled", "first_byte_s", "tpot_s", "accept_length", "queue_time_s", "chunks", "in_window",
     "timing", "t_end", "cached_tokens", "turn", "rid",
+    "spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_hist",
 ]
 
 
@@ -377,12 +402,6 @@ class LevelResult:
     arm: str
     level: int
     offered_concurrency: int
-    # SGLang's own speculative counts for it (meta_info; sources/spec_counts.py lists their names): drafts
-    # accepted, drafts proposed, and the accepted-drafts-per-verify-step histogram as `k:count`
-    # pairs. None where the server did not return them.
-    spec_accepted_drafts: Optional[int] = None
-    spec_proposed_drafts: Optional[int] = None
-    spec_accept_hist: Optional[str] = None
     achieved_concurrency: Optional[float] = None
     duration_s: Optional[float] = None
     ok: int = 0
@@ -391,7 +410,6 @@ class LevelResult:
     per_user_tok_s: Optional[float] = None
     ttft_p50_s: Optional[float] = None
     ttft_p90_s: Optional[float] = None
-    "spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_hist",
     ttft_p99_s: Optional[float] = None
     ttft_mean_s: Optional[float] = None
     tpot_p50_s: Optional[float] = None
@@ -442,6 +460,11 @@ class LevelResult:
     # level, settle included. window_start is wall epoch seconds, window_s the arm's seconds.
     window_start: Optional[float] = None
     window_s: Optional[float] = None
+    # The level's exact acceptance from its in-window requests' own counts (meta_info): accepted
+    # / proposed drafts, and the accepted-drafts-per-verify-step histogram summed over them
+    # (`k:count` pairs, `;`-separated). None where the requests did not carry them.
+    accept_rate: Optional[float] = None
+    accept_hist: Optional[str] = None
 
     @property
     def offered(self) -> float:
@@ -460,11 +483,6 @@ def offered_label(concurrency: Optional[float], rate: Optional[float] = None) ->
         return f"r={rate:g}/s"
     return f"C={'?' if concurrency is None else f'{concurrency:g}'}"
 
-    # The level's exact acceptance from its in-window requests' own counts (meta_info): accepted
-    # / proposed drafts, and the accepted-drafts-per-verify-step histogram summed over them
-    # (`k:count` pairs, `;`-separated). None where the requests did not carry them.
-    accept_rate: Optional[float] = None
-    accept_hist: Optional[str] = None
 
 def offered_key(x: float) -> str:
     """A level's offered value as a mapping key (knees, SLO levels): '8', '2.5'."""
@@ -515,6 +533,18 @@ class PowerKneeSummary:
     concurrency: Optional[float] = None  # argmax of X / TTFT p50 over valid levels
     power_tok_s_per_s_ttft: Optional[float] = None
     confirmed: bool = False
+
+
+@dataclass
+class HeadlineKnee:
+    """The one knee an operator acts on, per arm (analysis/knee.py headline_knee): the queueing
+    knee (past it requests wait), else the throughput plateau. The other figures stay in
+    KneesSummary, one key away in the TUI and after it in headless output."""
+
+    definition: str  # "queueing" | "plateau"
+    concurrency: float  # offered C (or rate) of the knee's level
+    confirmed: bool  # False: called on the ramp's last level, no higher level confirmed it
+    words: str  # "queueing knee C=72 (ramp's last level: add a level to confirm)"
 
 
 @dataclass
@@ -593,6 +623,11 @@ class KneesSummary:
     invalid_levels: list[int] = field(default_factory=list)
     slo: Optional[SloSummary] = None  # None: the ramp had no SLOs
     search: Optional[SearchSummary] = None  # the SLO search, when the ramp was one
+    # The one knee to act on (queueing, else plateau); None: neither is called yet. `ramp_end`:
+    # what the ramp's end says about a knee it could not confirm ("the ramp ended at the knee:
+    # add a level"), "" otherwise.
+    headline: Optional[HeadlineKnee] = None
+    ramp_end: str = ""
 
 
 # --------------------------------------------------------------------------------------------

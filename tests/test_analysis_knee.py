@@ -288,3 +288,61 @@ def test_slo_flags_reach_the_ramp_plan():
     assert (layout.plan().slo_ttft_s, layout.plan().slo_tpot_s) == (3.0, None)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--slo-ttft", "0"])
+
+
+# --------------------------------------------------------------------------------------------
+# A knee on the ramp's last level, and the one headline knee
+
+
+def _last_level_saturates():
+    """--levels 8,24,48,72 where only C=72 saturates: TTFT 181 ms -> 3.61 s, 24 queued, most of
+    its TTFT queue; throughput still climbs, so no plateau."""
+    lv = curve([8, 24, 48, 72], [800, 2300, 4300, 5000],
+               ttft_p50_s=[0.12, 0.15, 0.181, 3.61], ttft_mean_s=[0.12, 0.15, 0.181, 3.61],
+               queue_time_mean_s=[0.0, 0.001, 0.002, 3.2], queued_share=[0.0, 0.0, 0.0, 0.95],
+               queued_mean=[0.0, 0.0, 0.0, 24.0])
+    return lv
+
+
+def test_queueing_on_the_last_level_is_called_when_the_ramp_ended():
+    from specmon.analysis.knee import knee_level, knees_summary
+
+    lv = _last_level_saturates()
+    assert queueing_knee(lv).concurrency is None  # live, a next level may still come
+    k = queueing_knee(lv, final=True)
+    assert k.concurrency == 72 and k.confirmed_at == 3 and knee_level(lv, k) == 3
+    assert "181 ms at C=48 -> 3.61 s" in k.detail and "add a level" in k.detail
+    s = knees_summary(lv, final=True)
+    assert s.queueing == 72 and s.headline.definition == "queueing" and s.headline.concurrency == 72
+    assert not s.headline.confirmed and "add a level" in s.ramp_end
+    assert knees_summary(lv).headline is None  # not final: nothing yet
+
+
+def test_a_ramp_that_ends_on_its_first_flat_step_says_add_a_level():
+    from specmon.analysis.knee import knees_summary
+
+    lv = curve([10, 20, 40, 80], [1000, 1800, 3400, 3500])  # the last step adds 2.5 % of a stream
+    s = knees_summary(lv, final=True)
+    assert s.plateau is None and s.headline is None
+    assert s.ramp_end.startswith("the ramp ended at the knee: add a level"), s.ramp_end
+    # the last level queued but was not valid: its figures cannot call a knee, the note says so
+    lv = _last_level_saturates()
+    lv[3].valid, lv[3].invalid_reason = False, "client held only 60% of C"
+    s = knees_summary(lv, final=True)
+    assert s.queueing is None and "C=72 queued but is not valid" in s.ramp_end
+
+
+def test_one_headline_knee_per_arm_queueing_first_then_plateau():
+    from specmon.analysis.knee import knees_summary
+
+    # plateau confirmed at 20 and queueing from 40: the operator acts on the queueing knee
+    lv = curve([10, 20, 40, 80, 150], [1000, 1800, 2000, 2150, 2160],
+               queued_share=[0, 0, 0.9, 0.95, 1.0], queued_mean=[0, 0, 3, 20, 90])
+    s = knees_summary(lv, final=True)
+    assert s.plateau == 20 and s.queueing == 40
+    assert (s.headline.definition, s.headline.concurrency, s.headline.confirmed) == ("queueing", 40, True)
+    assert s.headline.words == "queueing knee C=40" and s.ramp_end == ""
+    # no queueing: the plateau is the headline
+    lv = curve([10, 20, 40, 80, 150], [1000, 1800, 2000, 2150, 2160])
+    s = knees_summary(lv, final=True)
+    assert (s.headline.definition, s.headline.concurrency) == ("plateau", 20)

@@ -185,7 +185,8 @@ def test_headless_prints_every_knee_per_arm_when_the_ramp_ends(tmp_path):
     end = lines.index("ramp finished: done")
     assert lines[end + 1:end + 3] == [
         "knees:",
-        "  fp8-mtp: plateau C=10 (within the noise); power knee C=10 (confirmed); "
+        "  fp8-mtp: knee: throughput plateau C=10 (within the noise) | also: "
+        "plateau C=10 (within the noise); power knee C=10 (confirmed); "
         "SLO (TTFT<=2 s, TPOT<=30 ms) met up to C=20, goodput peak C=20 (not confirmed)"]
 
 

@@ -38,7 +38,13 @@ D2 queueing onset:
     with equal output lengths finishes requests in bursts, so the waiting list empties and
     refills between scrapes (seen in the demo: FP8 at C=20 held 17 running and showed > 1 queued
     in only 33 % of samples, while 82 % of its TTFT was queue). The histogram sees every request.
-    The knee is the first c_k that queues, confirmed when c_{k+1} queues too.
+    The knee is the first c_k that queues, confirmed when c_{k+1} queues too. When the ramp has
+    ended (final=True) and only its last valid level queues, that level is the knee, called on
+    itself (values["at_ramp_end"]): queueing is evidence enough, and a ramp that stops at the
+    knee must not report none. The plateau needs two levels past its knee; a ramp whose last
+    step fell under theta says "the ramp ended at the knee: add a level" (KneesSummary.ramp_end).
+Headline (KneesSummary.headline): the knee an operator acts on, the queueing knee (past it
+    requests wait in the server's queue), else the plateau (past it streams add no throughput).
 Queueing TTFT: share = mean server queue time / mean TTFT of the level; above 50 % the TTFT is
     mostly waiting, and the note reads "TTFT 4.0 s: 3.2 s queue, 0.8 s prefill" (prefill here is
     everything that is not queue: TTFT - queue).
@@ -63,7 +69,7 @@ from typing import Optional, Sequence
 
 from specmon.analysis.stats import t_upper_95, wilson_lower
 from specmon.model import (
-    KneesSummary, LevelResult, PowerKneeSummary, PredictedKnee, Sample, SloSummary, offered_key, offered_label,
+    HeadlineKnee, KneesSummary, LevelResult, PowerKneeSummary, PredictedKnee, Sample, SloSummary, offered_key, offered_label,
 )
 
 PLATEAU_THETA = 0.15
@@ -87,6 +93,8 @@ def knee_level(levels: Sequence[LevelResult], k: "KneeResult") -> Optional[int]:
     confirming one whose offered concurrency is the knee's."""
     if k.concurrency is None or k.confirmed_at is None:
         return None
+    if k.values.get("at_ramp_end"):  # called on its own level, the ramp's last
+        return k.confirmed_at
     at = [x.level for x in levels if x.offered == k.concurrency and x.level < k.confirmed_at]
     return at[-1] if at else None
 
@@ -190,27 +198,65 @@ def queues(level: LevelResult, share_min: float = QUEUED_SHARE_MIN) -> bool:
             or (ttft_share is not None and ttft_share > QUEUE_TTFT_SHARE))
 
 
-def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE_MIN) -> KneeResult:
+def _queue_why(x: LevelResult, share_min: float) -> list[str]:
+    why = []
+    if x.queued_share is not None and x.queued_share >= share_min:
+        why.append(f"queued > 5% of C in {x.queued_share:.0%} of samples (mean {x.queued_mean:.1f} queued)")
+    if x.capped_share is not None and x.capped_share >= share_min:
+        why.append(f"running at the cap or KV pool full in {x.capped_share:.0%} of samples")
+    share = queue_share(x)
+    if share is not None and share > QUEUE_TTFT_SHARE:
+        why.append(f"{share:.0%} of its TTFT was server queue time")
+    return why
+
+
+def queueing_knee(levels: Sequence[LevelResult], share_min: float = QUEUED_SHARE_MIN,
+                  final: bool = False) -> KneeResult:
+    """D2 over the valid levels; final=True: the ramp has ended, so a queueing last level is the
+    knee even with no level after it to confirm it."""
     lv = [x for x in levels if x.valid]
     flags = [queues(x, share_min) for x in lv]
     values = {"queueing_levels": [x.offered for x, f in zip(lv, flags) if f]}
     for k in range(len(lv) - 1):
         if flags[k] and flags[k + 1]:
             x = lv[k]
-            why = []
-            if x.queued_share is not None and x.queued_share >= share_min:
-                why.append(f"queued > 5% of C in {x.queued_share:.0%} of samples (mean {x.queued_mean:.1f} queued)")
-            if x.capped_share is not None and x.capped_share >= share_min:
-                why.append(f"running at the cap or KV pool full in {x.capped_share:.0%} of samples")
-            share = queue_share(x)
-            if share is not None and share > QUEUE_TTFT_SHARE:
-                why.append(f"{share:.0%} of its TTFT was server queue time")
-            detail = f"queueing from {x.label}: " + "; ".join(why)
+            detail = f"queueing from {x.label}: " + "; ".join(_queue_why(x, share_min))
             note = queueing_ttft(lv[k + 1])
             if note:
                 detail += f"; at {lv[k + 1].label} {note[1]}"
             return KneeResult("queueing", x.offered, lv[k + 1].level, detail, values)
+    if final and lv and flags[-1] and lv[-1] is levels[-1]:
+        x = lv[-1]
+        before = lv[-2] if len(lv) > 1 else None
+        detail = f"queueing from {x.label}, the ramp's last level: " + "; ".join(_queue_why(x, share_min))
+        if before is not None and before.ttft_p50_s and x.ttft_p50_s:
+            def ms(v: float) -> str:
+                return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+            detail += f"; TTFT p50 {ms(before.ttft_p50_s)} at {before.label} -> {ms(x.ttft_p50_s)}"
+        detail += " (no higher level to confirm it: add a level to see past it)"
+        values["at_ramp_end"] = True
+        return KneeResult("queueing", x.offered, x.level, detail, values)
     return KneeResult("queueing", None, None, "no queueing yet", values)
+
+
+def ramp_end_note(levels: Sequence[LevelResult], theta: float = PLATEAU_THETA,
+                  share_min: float = QUEUED_SHARE_MIN) -> str:
+    """What a finished ramp says about a knee at its very end that it could not confirm: its last
+    level queued but was not valid (its figures cannot call a knee), or its last step added under
+    theta of a stream (the plateau needs one more level). "" when neither."""
+    if not levels:
+        return ""
+    last = levels[-1]
+    if not last.valid and queues(last, share_min):
+        return f"the ramp ended at the knee: add a level ({last.label} queued but is not valid)"
+    lv = _valid(levels)
+    if lv and lv[-1] is last and len(lv) >= 2:
+        e = marginal_efficiency(lv)[-1]
+        if e is not None and e < theta and plateau_knee(levels, theta).concurrency is None:
+            return (f"the ramp ended at the knee: add a level (the step to {last.label} added {e:.0%} "
+                    f"of a stream, under {theta:.0%}; a plateau needs a second such step)")
+    return ""
 
 
 def queueing_ttft(level: LevelResult, threshold: float = QUEUE_TTFT_SHARE) -> Optional[tuple[float, str]]:
@@ -345,12 +391,30 @@ def ttft_dispersion_levels(levels: Sequence[LevelResult], ratio: float = TTFT_DI
             if x.valid and x.ttft_p50_s and x.ttft_p99_s is not None and x.ttft_p99_s / x.ttft_p50_s > ratio]
 
 
+def headline_knee(p: KneeResult, q: KneeResult, rates: bool = False) -> Optional[HeadlineKnee]:
+    """The one knee to act on: the queueing knee (requests wait past it), else the plateau."""
+    def at(x: float) -> str:
+        return offered_label(None, x) if rates else offered_label(x)
+
+    if q.concurrency is not None:
+        end = bool(q.values.get("at_ramp_end"))
+        words = f"queueing knee {at(q.concurrency)}" + (" (the ramp's last level: add a level to confirm)"
+                                                         if end else "")
+        return HeadlineKnee("queueing", q.concurrency, not end, words)
+    if p.concurrency is not None:
+        noise = " (within the noise)" if p.values.get("resolved") is False else ""
+        return HeadlineKnee("plateau", p.concurrency, True, f"throughput plateau {at(p.concurrency)}{noise}")
+    return None
+
+
 def knees_summary(levels: Sequence[LevelResult], predicted: Optional[PredictedKnee] = None,
                   slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None,
-                  min_attainment: float = SLO_ATTAINMENT) -> KneesSummary:
+                  min_attainment: float = SLO_ATTAINMENT, final: bool = False) -> KneesSummary:
     """Every definition's value for one arm over its finished levels (session.json knees={arm: ...}).
-    `predicted` is the arm's predicted knee as the live session called it (analysis/predict.py)."""
-    p, q = plateau_knee(levels), queueing_knee(levels)
+    `predicted` is the arm's predicted knee as the live session called it (analysis/predict.py).
+    final=True: the ramp has ended (the report, a finished ramp's last level): a knee on its last
+    level is called (queueing_knee) or said to need one more level (ramp_end_note)."""
+    p, q = plateau_knee(levels), queueing_knee(levels, final=final)
     pw = power_knee(levels)
     out = KneesSummary(
         plateau=p.concurrency, plateau_confirmed_at_level=p.confirmed_at, plateau_detail=p.detail,
@@ -367,6 +431,11 @@ def knees_summary(levels: Sequence[LevelResult], predicted: Optional[PredictedKn
         predicted=predicted,
         invalid_levels=[x.offered for x in levels if not x.valid],
     )
+    out.headline = headline_knee(p, q, rates=any(x.offered_rate is not None for x in levels))
+    if out.headline is not None and not out.headline.confirmed:
+        out.ramp_end = "the ramp ended at the knee: add a level to confirm it"
+    elif final and out.headline is None:
+        out.ramp_end = ramp_end_note(levels)
     if slo_ttft_s is not None or slo_tpot_s is not None:
         sk = slo_knee(levels, min_attainment)
         out.slo = SloSummary(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, min_attainment=min_attainment,

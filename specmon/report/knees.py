@@ -13,7 +13,7 @@ def arm_knees(arm: ReportArm) -> KneesSummary:
     """The arm's knees over all its levels, by the function the ramp used live (one shape for
     session.json, the TUI, headless and the report)."""
     return knees_summary(arm.levels, arm.predicted, slo_ttft_s=arm.slo_ttft_s, slo_tpot_s=arm.slo_tpot_s,
-                         min_attainment=arm.attainment)
+                         min_attainment=arm.attainment, final=True)  # a recorded ramp has ended
 
 
 def within_noise(k: KneesSummary) -> bool:

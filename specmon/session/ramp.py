@@ -508,7 +508,8 @@ class RampDriver:
             r.ttft_note = note[1] if note else None
             results.append(r)
             self.results[arm.name].append(r)
-            self._call_knees(arm.name, r, emit, live)
+            # the ramp's last planned level: a knee there is called now (no level will confirm it)
+            self._call_knees(arm.name, r, emit, live, final=not plan.search and i == len(plan.steps) - 1)
         self.last_outcomes = level.outcomes
         self.last_window = Window(level.window_t0, level.t_stop or t_end)
         tokens = sum(o.completion_tokens or 0 for outs in level.outcomes.values() for o in outs)
@@ -675,9 +676,9 @@ class RampDriver:
             r.valid = False
             r.invalid_reason = "; ".join(first + reasons)
 
-    def _call_knees(self, arm: str, r: LevelResult, emit: Emit, live: RampHost) -> None:
+    def _call_knees(self, arm: str, r: LevelResult, emit: Emit, live: RampHost, final: bool = False) -> None:
         levels = self.results[arm]
-        for k in (plateau_knee(levels), queueing_knee(levels)):
+        for k in (plateau_knee(levels), queueing_knee(levels, final=final)):
             if k.confirmed_at == r.level and (arm, k.definition) not in self._called:
                 self._called.add((arm, k.definition))
                 r.knee_confirmed = ";".join(x for x in (r.knee_confirmed, k.definition) if x)
@@ -689,7 +690,7 @@ class RampDriver:
                                 resolved=k.values.get("resolved"), knee_level=at, confirmed_level=r.level))
         self.knees[arm] = knees_summary(levels, live.predicted(arm),
                                         slo_ttft_s=self.plan.slo_ttft_s, slo_tpot_s=self.plan.slo_tpot_s,
-                                        min_attainment=self.plan.attainment)
+                                        min_attainment=self.plan.attainment, final=final)
         plan = self.plan
         if plan.search:  # the policy names the next level from every level this arm ran
             tried = [(x.offered, level_meets(x, plan.attainment)) for x in levels]
