@@ -104,7 +104,7 @@ def test_fleet_summary_imbalance_per_level_and_the_sentence():
     assert f.workers == ["a", "b", "c"]
     assert f.imbalance == {"0": 1.0, "1": pytest.approx(1.2)} and f.busiest["1"] in ("b", "c")
     assert (f.first_saturated, f.first_saturated_at, f.first_saturated_by, f.fleet_knee) == ("a", 18.0, "queueing", 18.0)
-    assert f.detail == "worker a saturated first (queueing at C=18); the fleet's knee C=18"
+    assert f.detail == "worker a saturated first (queueing at the fleet's C=18); the fleet's knee C=18"
     assert fleet_levels("gw", "g", rows, {}, None).detail == "no worker saturated yet"
 
 

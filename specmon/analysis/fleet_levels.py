@@ -213,7 +213,7 @@ def fleet_levels(arm: str, fleet: str, worker_rows: Sequence[LevelResult],
 
 
 def saturation_sentence(f: FleetLevels, tied: Sequence[str] = (), rates: bool = False) -> str:
-    """'worker :30002 saturated first (queueing at C=8); the fleet's knee C=16' (or 'no worker
+    """'worker :30002 saturated first (queueing at the fleet's C=8); the fleet's knee C=16' (or 'no worker
     saturated yet'); rate levels read r=4/s."""
     def at(x: float) -> str:
         return offered_label(None, x) if rates else offered_label(x)
@@ -223,7 +223,10 @@ def saturation_sentence(f: FleetLevels, tied: Sequence[str] = (), rates: bool = 
     else:
         others = [a for a in tied if a != f.first_saturated]
         also = f" (so did {', '.join(others)})" if others else ""
-        words = f"worker {f.first_saturated} saturated first ({f.first_saturated_by} at {at(f.first_saturated_at)}){also}"
+        # a worker's rows carry the fleet's offered level, not its own share of it: said so, so
+        # that one line never reads as one worker at the fleet's C
+        words = (f"worker {f.first_saturated} saturated first ({f.first_saturated_by} at the fleet's "
+                 f"{at(f.first_saturated_at)}){also}")
     if f.fleet_knee is not None:
         words += f"; the fleet's knee {at(f.fleet_knee)}"
     return words

@@ -112,7 +112,8 @@ class FleetRamp:
                     rows[next(j for j, x in enumerate(rows) if x.level == at)] = labelled
                     levels = rows[start:]
                 emit(KneeCalled(arm=arm, definition=k.definition, concurrency=k.concurrency,
-                                detail=f"worker {arm}: " + k.detail.replace("5% of C", "5% of its share of C"),
+                                detail=f"worker {arm}, levels as the fleet's C: "
+                                + k.detail.replace("5% of C", "5% of its share of C"),
                                 resolved=k.values.get("resolved"),
                                 knee_level=at, confirmed_level=r.level))
         self.knees[arm] = knees_summary(levels)
