@@ -7,9 +7,9 @@ Adding is O(1); reading the knee is O(bins), and there are at most a few dozen b
 traffic (running counts above 32 share geometric bins), so a 64-worker fleet at 1 s stays cheap.
 
 The knee is the lower of two points on that curve:
-- plateau: the lowest running count whose throughput reached 90 % of the highest seen, called only
-  when the curve was also seen well past it (running >= 1.25 x that point), so still-rising
-  traffic is never called a plateau;
+- plateau: the lowest running count from which each further running request adds less than 15 %
+  of one lone request's tok/s (the ramp's plateau rule, on bins instead of levels), called only
+  when the curve was seen past it, so still-rising traffic is never called a plateau;
 - queue onset: the lowest running count at which requests waited most of the time (and every
   higher bin with evidence waited as well): requests queue before they run.
 
@@ -28,9 +28,11 @@ from typing import Optional
 from specmon.model import ArmInfo, CurvePoint, ObservedKnee, Sample
 
 MIN_BIN_S = 3.0  # a bin with fewer seconds of samples is shown, never used for the knee
+MIN_BIN_SHARE = 0.01  # ... nor one with under 3 % of the arm's seconds (a passing moment between loads)
 MIN_RUNNING = 4  # traffic that never ran more than 3 at once says nothing about a knee
-PLATEAU_SHARE = 0.9  # the plateau: the first running count reaching 90 % of the highest throughput
-PLATEAU_SEEN_PAST = 1.25  # ... called only when the curve reached 1.25 x that count
+# The plateau, as the ramp's plateau knee has it (analysis/knee.py): from the running count on which
+# each further running request adds less than 15 % of what one request gives alone.
+PLATEAU_THETA = 0.15
 QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its seconds
 KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
 MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
@@ -87,11 +89,15 @@ class OperatingCurve:
         self._last_ts: Optional[float] = None
         self.request_cap: Optional[int] = None
         self.kv_capacity: Optional[int] = None
+        # seconds of evidence are the arm's (a sped-up simulator's x seconds per wall second), as
+        # its tok/s already are
+        self.time_scale = 1.0
 
     def set_info(self, info: Optional[ArmInfo]) -> None:
         if info is not None:
             self.request_cap = info.max_running_requests or self.request_cap
             self.kv_capacity = info.kv_capacity_tokens or self.kv_capacity
+            self.time_scale = info.time_scale or 1.0
 
     def add(self, s: Sample, interval_s: float = 1.0) -> None:
         """Count one Sample. Rows that repeat an older scrape of the worker itself (stale_s set on a
@@ -104,6 +110,7 @@ class OperatingCurve:
             dt = interval_s
         else:
             dt = min(s.ts - self._last_ts, max(MAX_GAP_S, 3 * interval_s))
+        dt *= self.time_scale
         self._last_ts, self.last = s.ts, s
         r = s.running_reqs
         lo, width = bin_of(r)
@@ -149,7 +156,8 @@ class OperatingCurve:
                 concurrency=None, limit=None, evidence_s=round(self.evidence_s, 1), running_max=rmax,
                 reason=f"{seen} in {self.evidence_s:.0f} s; need traffic reaching ~{self._needed()} running",
                 curve=points, **now)
-        used = [p for p in points if p.evidence_s >= MIN_BIN_S]
+        floor = max(MIN_BIN_S, MIN_BIN_SHARE * self.evidence_s)
+        used = [p for p in points if p.evidence_s >= floor]
         plateau = _plateau(used)
         onset = _queue_onset(used)
         candidates = [c for c in (plateau, onset) if c is not None]
@@ -208,17 +216,23 @@ class OperatingCurve:
 
 
 def _plateau(points: list[CurvePoint]) -> Optional[int]:
+    """The lowest running count from which every further bin adds less than PLATEAU_THETA of one
+    lone request's tok/s per added request; None unless the curve was seen past it."""
     rising = [p for p in points if p.tok_s is not None and p.running > 0]
     if len(rising) < 3:
         return None
-    best = max(p.tok_s for p in rising)  # type: ignore[type-var]
-    if best <= 0:
+    # one request's tok/s: the median of the lowest three bins' per-request figure (one bin
+    # caught between loads must not set the scale)
+    lone = sorted(p.tok_s / p.running for p in rising[:3])[1]  # type: ignore[operator]
+    if lone <= 0:
         return None
-    first = next(p for p in rising if p.tok_s >= PLATEAU_SHARE * best)  # type: ignore[operator]
-    top = rising[-1].running + rising[-1].width - 1
-    if top < PLATEAU_SEEN_PAST * first.running:
-        return None  # the curve was not seen far enough past it to call it flat
-    return first.running
+    plateau = None
+    for a, b in zip(reversed(rising[:-1]), reversed(rising[1:])):
+        gain = (b.tok_s - a.tok_s) / (b.running - a.running) / lone  # type: ignore[operator]
+        if gain >= PLATEAU_THETA:
+            break
+        plateau = a.running
+    return plateau
 
 
 def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
