@@ -122,3 +122,66 @@ async def test_title_says_specmon_once():
         await wait_replay_end(pilot)
         line = str(app.query_one(StatusBar).render())
         assert "specmon demo" in line and "specmon specmon" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Every view at 80x24 and 160x48: the newest level in view, a word for what is hidden
+
+import csv  # noqa: E402
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+
+from test_tui_small import screen_text  # noqa: E402
+
+
+def _newest(name: str) -> tuple[int, list[str]]:
+    rows = list(csv.DictReader(open(DATA / name / "levels.csv")))
+    last = max(int(r["level"]) for r in rows)
+    return last, [r for r in rows if int(r["level"]) == last]
+
+
+def _shows_level(screen: str, rows) -> bool:
+    return all(re.search(rf"{re.escape(r['arm'])}\s+{r['offered_concurrency']}\s", screen) for r in rows)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+@pytest.mark.parametrize("name", ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm",
+                                  "session_gateway_fleet"])
+async def test_the_newest_level_is_in_every_view(name, size):
+    last, rows = _newest(name)
+    app = _app(name)
+    async with app.run_test(size=size) as pilot:
+        await wait_replay_end(pilot, timeout=12.0, every=0.02)
+        await pilot.pause(0.1)
+        for view in ("arms", "r"):
+            if view == "r":
+                await pilot.press("r")
+                await pilot.pause(0.2)
+                await pilot.pause()
+            screen = screen_text(app)
+            if name == "session_gateway_fleet" and size == (80, 24) and view == "arms":
+                # eight rows a level under the fleet table: the newest level's first rows
+                assert any(_shows_level(screen, [r]) for r in rows), screen
+            else:
+                assert _shows_level(screen, rows), (view, screen)
+            if last > 0 and view == "arms" and not _shows_level(screen, _newest_rows(name, 0)):
+                # an earlier level is hidden: the table says how many, and which key shows them
+                assert re.search(r"↑ \d+ earlier levels? · r: every level", screen), screen
+        if size == (160, 48) or name != "session_gateway_fleet":
+            await pilot.press("r")
+            await pilot.pause(0.1)
+            await pilot.press("d")  # the detail view's level table: its newest level in view too
+            await wait_for(pilot, lambda: isinstance(app.screen, ArmDetailScreen), what="detail view")
+            await pilot.pause(0.2)
+            arm = app.screen.arm_name
+            screen = screen_text(app)
+            assert all(re.search(rf"{arm_glyph_of(app, arm)}\s+{r['offered_concurrency']}\s", screen) for r in rows if r["arm"] == arm), screen
+
+
+def _newest_rows(name: str, level: int):
+    return [r for r in csv.DictReader(open(DATA / name / "levels.csv")) if int(r["level"]) == level]
+
+
+def arm_glyph_of(app, arm: str) -> str:
+    return re.escape(ARM_GLYPHS[app.state.arm(arm).index % len(ARM_GLYPHS)])

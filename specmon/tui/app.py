@@ -307,7 +307,7 @@ class SpecmonApp(App[str]):
         short = self._rows_left(panels, compact) < (PLOTS_BESIDE_MIN_ROWS if self.size.width >= WIDE_FROM
                                           else PLOTS_BELOW_MIN_ROWS)
         ramp = self.query_one(RampPane)
-        ramp.set_tail(short and not self.ramp_view)
+        ramp.set_tail(short and not self.ramp_view, follow=not self.ramp_view)
         self.query_one("#bottom").set_class(short, "-short")  # its least height: what is left
         more = "r: every level" + (", the plots" if self.size.width < WIDE_FROM else "")  # stacked: plots hidden
         ramp.set_hint("r: the arms" if self.ramp_view else (more if short else None))
@@ -539,7 +539,9 @@ class SpecmonApp(App[str]):
             self._focus_before_ramp_view = self.focused  # hidden with the arms: given back on return
             self.query_one(ContentSwitcher).current = "ramp"
             self.logs_chosen_by_user = True
-            self.query_one("#level-scroll").focus()  # the keys scroll the table
+            scroll = self.query_one("#level-scroll")
+            scroll.focus()  # the keys scroll the table
+            self.call_after_refresh(scroll.scroll_end, animate=False)  # the newest level in view
         self._show_chosen_panes()
         before = getattr(self, "_focus_before_ramp_view", None)
         if not self.ramp_view and before is not None and before.is_attached:

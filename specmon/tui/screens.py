@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
+from specmon.tui.chart import arm_glyph
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.log_pane import LogPane
@@ -113,12 +114,15 @@ class ArmDetailScreen(Screen[None]):
                 yield ArmPanel(self.session, self.arm_name, chart_height=3, id="detail-arm")
             with Vertical(id="detail-right"):
                 with VerticalScroll(id="detail-levels"):
-                    yield LevelTable(self.session, arm=self.arm_name)
+                    table = LevelTable(self.session, arm=self.arm_name)
+                    table.tail = True
+                    yield table
                 yield LogPane(self.session, self.arm_name, id="detail-log")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#detail-levels").border_title = "levels"
+        arm = self.session.arm(self.arm_name)
+        self.query_one("#detail-levels").border_title = f"{arm_glyph(arm.index)} {self.arm_name} levels"
 
     def redraw(self) -> None:
         self.query_one(ArmPanel).redraw()

@@ -131,7 +131,8 @@ class LevelTable(StyledWidget):
         names = [r.arm for r in rows]
         rates = any(r.offered_rate is not None for r in rows)
         columns = list(RATE_COLUMNS if rates else COLUMNS)
-        name_w = max(len(n) for n in names) + 3
+        # one arm's table (the detail view) names it in its title: its rows carry only the glyph
+        name_w = 3 if self.only_arm is not None else max(len(n) for n in names) + 3
         tail_w = KNEE_MARK_W - 9 if any(r.knee for r in rows) else 0  # a knee mark runs past its column
         for drop in DROP_FIRST:
             if name_w + sum(w for _, w, _ in columns) + tail_w <= width:
@@ -174,7 +175,8 @@ class LevelTable(StyledWidget):
                 shown.insert(0, level)
                 used += cost
             hidden = len(body) - len(shown)
-            lines.append(Text(f"↑ {hidden} earlier level" + ("s" if hidden != 1 else "") + " · r: every level",
+            key = "escape, r: every level" if self.only_arm is not None else "r: every level"  # r is the main view's
+            lines.append(Text(f"↑ {hidden} earlier level" + ("s" if hidden != 1 else "") + f" · {key}",
                               style=self.st("dim")))
             body = shown
         for i, level in enumerate(body):
@@ -196,7 +198,7 @@ class LevelTable(StyledWidget):
             "acc": "—" if r.accept_length is None else f"{r.accept_length:.2f}", "ok/fail": f"{r.ok}/{r.failed}",
         }
         line = Text(no_wrap=True)
-        label = f"{arm_glyph(arm.index)} {r.arm}"
+        label = arm_glyph(arm.index) if self.only_arm is not None else f"{arm_glyph(arm.index)} {r.arm}"
         if len(label) > arm_w - 1:
             label = label[:arm_w - 2] + "…"
         line.append(label.ljust(arm_w), style=self.arm_style(arm.index))
@@ -229,12 +231,16 @@ class RampPane(Vertical):
     def on_mount(self) -> None:
         self.border_title = "ramp"
 
-    def set_tail(self, tail: bool) -> None:
-        """The table's newest rows that fit (a short pane: the app's choice), or all of it."""
+    def set_tail(self, short: bool, follow: bool = True) -> None:
+        """The table's newest levels that fit its box, with a line counting the earlier ones
+        (follow: everywhere but r, where the whole table scrolls, kept at its end); a short
+        pane (the app's choice) also leaves its plots to r when stacked."""
         table = self.query_one(LevelTable)
+        tail = short or follow
+        self.set_class(short, "-tail")
+        self.set_class(follow and not short, "-follow")
         if table.tail != tail:
             table.tail = tail
-            self.set_class(tail, "-tail")
             table.refresh(layout=True)
 
     def set_hint(self, hint: str | None) -> None:
@@ -244,8 +250,12 @@ class RampPane(Vertical):
             self.border_title = title
 
     def redraw(self) -> None:
+        scroll = self.query_one("#level-scroll")
+        at_end = scroll.scroll_y >= scroll.max_scroll_y  # r's whole table: a new level stays in view
         for w in self.query(StyledWidget):
             w.refresh(layout=isinstance(w, LevelTable))
+        if at_end:
+            scroll.call_after_refresh(scroll.scroll_end, animate=False)
 
 
 def _short_rate(v: float) -> str:
