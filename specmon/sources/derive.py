@@ -21,6 +21,7 @@ import math
 from collections import deque
 from typing import Optional, Sequence
 
+from specmon.sources import sglang_names as names
 from specmon.sources.prom import Histogram, MetricsSnapshot
 
 Buckets = Sequence[tuple[float, float]]
@@ -66,14 +67,15 @@ def histogram_delta(new: Histogram, old: Histogram) -> Optional[Histogram]:
 
 
 # Counters whose decrease betrays a restarted server (any one suffices).
+# (Names per SGLang release: sources/sglang_names.py; a counter split by is_streaming is summed.)
 RESET_COUNTERS = (
-    ("num_requests_total", {}),
-    ("prompt_tokens_total", {}),
-    ("generation_tokens_total", {}),
-    ("realtime_tokens_total", {"mode": "decode"}),
-    ("realtime_tokens_total", {"mode": "prefill_compute"}),
-    ("time_to_first_token_seconds_count", {}),
-    ("http_requests_total", {"endpoint": "/metrics", "method": "GET"}),
+    (names.metric1("requests_total"), {}),
+    (names.metric1("prompt_tokens"), {}),
+    (names.metric1("generation_tokens"), {}),
+    (names.metric1("realtime_tokens"), {"mode": "decode"}),
+    (names.metric1("realtime_tokens"), {"mode": "prefill_compute"}),
+    (names.metric1("ttft") + "_count", {}),
+    (names.metric1("http_requests"), {"endpoint": "/metrics", "method": "GET"}),
 )
 
 
@@ -204,9 +206,9 @@ def _finite(v: Optional[float]) -> Optional[float]:
 # The prefix cache as SGLang counts it: the tokenizer side adds a finished request's prompt tokens
 # and its cached ones (cached_tokens_total, one series per cache_source: device, host, storage);
 # the scheduler side adds each prefill batch's tokens by mode (realtime_tokens_total).
-CACHE_COUNTERS = (("cached", "cached_tokens_total", {}), ("prompt", "prompt_tokens_total", {}),
-                  ("prefill_cache", "realtime_tokens_total", {"mode": "prefill_cache"}),
-                  ("prefill_compute", "realtime_tokens_total", {"mode": "prefill_compute"}))
+CACHE_COUNTERS = (("cached", names.metric1("cached_tokens"), {}), ("prompt", names.metric1("prompt_tokens"), {}),
+                  ("prefill_cache", names.metric1("realtime_tokens"), {"mode": "prefill_cache"}),
+                  ("prefill_compute", names.metric1("realtime_tokens"), {"mode": "prefill_compute"}))
 
 
 def counter_total(snap: MetricsSnapshot, name: str, **match: str) -> Optional[float]:

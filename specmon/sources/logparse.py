@@ -4,7 +4,8 @@ A launched server's stderr says what its scheduler is doing even without ``--ena
 ``Decode batch`` lines (every ``--decode-log-interval`` steps) carry running/queued requests, KV
 tokens and usage, acceptance length and generation throughput; ``Prefill batch`` lines carry the
 queue and usage after each prefill; startup lines say which phase the server is in; a dead
-server's last lines say why it died. Formats are SGLang 0.5.10's. Everything here is a pure
+server's last lines say why it died. Formats are SGLang 0.5.10's and 0.5.23's (sglang_names.LOG
+lists what changed; #pending-token in 0.5.23's Prefill lines is skipped). Everything here is a pure
 function of the text, except ``LogState`` which folds lines into the latest values.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from specmon.model import Sample
+from specmon.sources import sglang_names as names
 
 READY_TEXT = "The server is fired up and ready to roll!"
 
@@ -39,7 +41,8 @@ _PREFILL = re.compile(
 _POOL_TOKENS = re.compile(r"#(?:full )?token: (\d+)")
 _POOL_FULL_USAGE = re.compile(r"full token usage: (" + _NUM + r")")
 _POOL_USAGE = re.compile(r"(?<![a-z] )token usage: (" + _NUM + r")")
-_KV_ALLOCATED = re.compile(r"KV Cache is allocated\. #tokens: (\d+)(?P<rest>.*)")
+# 0.5.10: `KV Cache is allocated. #tokens: N, ...`; 0.5.23: `KV Cache is allocated. dtype: D, #tokens: N, ...`
+_KV_ALLOCATED = re.compile(r"KV Cache is allocated\.(?: dtype: [^,]*,)? #tokens: (\d+)(?P<rest>.*)")
 _MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)(?:.*?max_running_requests=(\d+))?")
 
 
@@ -140,6 +143,32 @@ _PHASES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"Uvicorn running on (?P<d>\S+)"), PHASE_HTTP_UP),
     (re.compile(re.escape(READY_TEXT) + r"(?P<d>)"), PHASE_READY),
 ]
+
+
+# 0.5.23 (sglang_names.LOG["startup_timings"]): `Engine startup timings (s): load_weight=0.04,
+# kv_cache_allocation=0.66, scheduler_e2e=2.32, cuda_graph={prefill=0.00, decode=0.00, ...},
+# tokenizer_e2e=43.79`; a braced group is summed into its phase. 0.5.10 prints no such line, only
+# `Load weight end. elapsed=0.04 s`.
+_STARTUP_TIMINGS = re.compile(re.escape(names.LOG["startup_timings"].in_release("0.5.23")) + r"\s*(?P<body>.*)$")
+_TIMING_PART = re.compile(r"(\w+)=(?:\{(?P<group>[^}]*)\}|(?P<num>[\d.]+))")
+_LOAD_WEIGHT_END = re.compile(r"Load weight end\. elapsed=(?P<s>[\d.]+) s")
+
+
+def startup_timings(line: str) -> Optional[dict[str, float]]:
+    """Start-up seconds by phase from the one line that reports them (0.5.23), or
+    {"load_weight": s} from 0.5.10's `Load weight end. elapsed=` line; None for any other line."""
+    m = _STARTUP_TIMINGS.search(line)
+    if m is None:
+        w = _LOAD_WEIGHT_END.search(line)
+        return {"load_weight": float(w.group("s"))} if w else None
+    out: dict[str, float] = {}
+    for part in _TIMING_PART.finditer(m.group("body")):
+        if part.group("num") is not None:
+            out[part.group(1)] = float(part.group("num"))
+        else:
+            nums = re.findall(r"=([\d.]+)", part.group("group"))
+            out[part.group(1)] = sum(float(x) for x in nums)
+    return out or None
 
 
 def parse_phase(line: str) -> Optional[tuple[str, Optional[str]]]:
@@ -301,6 +330,7 @@ class LogState:
         self.accept_rate: Optional[float] = None
         self.spec_seen = False  # an accept len appeared at least once
         self.max_running_requests: Optional[int] = None
+        self.startup_s: Optional[dict[str, float]] = None  # start-up seconds by phase (startup_timings)
         self.lines_parsed = 0
 
     def feed(self, line: str) -> bool:
@@ -324,6 +354,11 @@ class LogState:
                 self.kv_usage = p.token_usage
             self.lines_parsed += 1
             return True
+        if "Engine startup timings" in line or "Load weight end" in line:
+            t = startup_timings(line)
+            if t is not None:
+                self.startup_s = {**(self.startup_s or {}), **t}
+            return False
         if "KV Cache is allocated" in line or "max_total_num_tokens=" in line:
             size = kv_pool_tokens(line)
             if size is not None:

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from specmon.sources.sglang_names import SPLIT_LABELS
+
 
 _PREFIXES = ("sglang:", "sglang_")
 # What the (pure Python, ~35 us a line) parser is handed at most (the plain lines' fast path is
@@ -111,8 +113,11 @@ class MetricsSnapshot:
             return None
         # Several series left after rank selection differ by a label we do not split on
         # (e.g. per-priority copies carry a non-empty `priority`): prefer the unlabelled total.
-        plain = [v for lab, v in picked if not lab.get("priority")]
-        v = plain[0] if plain else picked[0][1]
+        plain = [(lab, v) for lab, v in picked if not lab.get("priority")] or picked
+        # Series that differ only by a label that cuts the quantity into parts (0.5.23's
+        # is_streaming, engine_type: sglang_names.SPLIT_LABELS) are its parts: their sum.
+        first = _without_split(plain[0][0])
+        v = math.fsum(x for lab, x in plain if _without_split(lab) == first) if len(plain) > 1 else plain[0][1]
         # NaN or +-Inf: no quantity read from /metrics is infinite, so it is not known.
         return v if math.isfinite(v) else None
 
@@ -147,28 +152,39 @@ class MetricsSnapshot:
         rows = [(lab, v) for lab, v in rows if not lab.get("priority")] or rows
         if not rows:
             return None
-        # Keep the label set (minus `le`) of the first row: other label sets would be other series.
-        key = _bucket_key(rows[0][0])[0]
-        buckets = []
+        # Keep the label set (minus `le`) of the first row: other label sets would be other
+        # series, except those that differ only by a SPLIT_LABELS label: parts of the same
+        # histogram (0.5.23's is_streaming), whose buckets add up.
+        key = _split_free(_bucket_key(rows[0][0])[0])
+        parts: dict[tuple, list[tuple[float, float]]] = {}
         for lab, v in rows:
             k, bound, _ = _bucket_key(lab)
-            if bound is not None and k == key:
-                buckets.append((bound, v))
-        buckets.sort()
+            if bound is not None and _split_free(k) == key:
+                parts.setdefault(k, []).append((bound, v))
+        layouts = {tuple(sorted(b for b, _ in p)) for p in parts.values()}
+        if len(layouts) > 1:
+            return None  # parts with other buckets cannot be added: unknown, never a made-up percentile
+        summed: dict[float, float] = {}
+        for p in parts.values():
+            for bound, v in p:
+                summed[bound] = summed.get(bound, 0.0) + v
+        buckets = sorted(summed.items())
         if not _valid_buckets(buckets):
             return None  # not a histogram we can read: unknown, never a made-up percentile
-        count = self._same_series(name + "_count", key)
+        count = self._same_series(name + "_count", set(parts))
         return Histogram(
             buckets=tuple(buckets),
-            sum=self._same_series(name + "_sum", key),
+            sum=self._same_series(name + "_sum", set(parts)),
             count=count if count is None or count >= 0 else None,
         )
 
-    def _same_series(self, name: str, key: tuple) -> Optional[float]:
-        for lab, v in self._series.get(name, ()):
-            if _bucket_key(lab)[0] == key:
-                return v if math.isfinite(v) else None
-        return None
+    def _same_series(self, name: str, keys: set) -> Optional[float]:
+        """The sum of `name` over the series whose label sets are `keys` (a histogram's parts);
+        None when one is missing or not finite."""
+        got = [v for lab, v in self._series.get(name, ()) if _bucket_key(lab)[0] in keys]
+        if len(got) != len(keys) or not all(math.isfinite(v) for v in got):
+            return None
+        return math.fsum(got)
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count")
@@ -352,6 +368,15 @@ def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
             raise MetricsParseError(f"more than {MAX_PARSED_CHARS // 2**20} MiB of the series read")
     kept.append("")
     return "\n".join(kept)
+
+
+def _without_split(labels: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in SPLIT_LABELS))
+
+
+def _split_free(key: tuple) -> tuple:
+    """A sorted label tuple without SPLIT_LABELS."""
+    return tuple(kv for kv in key if kv[0] not in SPLIT_LABELS)
 
 
 def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:

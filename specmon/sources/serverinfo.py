@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from specmon.model import ArmInfo, RankReading, kv_usage_of
+from specmon.sources import sglang_names as names
 
 _INT_LIMIT = 2**63  # past any field SGLang reports; a bigger integer is not a reading
 
@@ -81,12 +82,13 @@ def arm_info_from_server_info(d: Any) -> Optional[ArmInfo]:
     st0 = _dict(states[0]) if isinstance(states, list) and states else {}
     mem = _dict(st0.get("memory_usage"))
     # The effective running-batch cap: SGLang resolves it (e.g. 48 under speculation) per DP rank.
-    cap = _count(st0.get("effective_max_running_requests_per_dp"))
+    si = {k: n.aliases[0] for k, n in names.SERVER_INFO.items() if n.aliases}
+    cap = _count(st0.get(si["max_running_requests"]))
     if cap is None:
-        cap = _count(d.get("max_running_requests"))
-    pool = _count(d.get("max_total_num_tokens"))
+        cap = _count(d.get(si["max_running_requests_flag"]))
+    pool = _count(d.get(si["kv_capacity"]))
     if pool is None:
-        pool = _count(mem.get("token_capacity"))
+        pool = _count(mem.get(si["kv_capacity_mem"]))
     algo = _str(d.get("speculative_algorithm"))
     if algo is not None and algo.upper() in ("NONE", "NULL"):
         algo = None
@@ -107,16 +109,39 @@ def arm_info_from_server_info(d: Any) -> Optional[ArmInfo]:
         max_total_tokens=_int(d.get("max_total_tokens")),
         kv_capacity_tokens=pool,
         max_running_requests=cap,
-        chunked_prefill_size=_int(d.get("chunked_prefill_size")),
+        chunked_prefill_size=_int(d.get(si["chunked_prefill_size"])),
         context_length=_int(d.get("context_length")),
         enable_metrics=d.get("enable_metrics") if isinstance(d.get("enable_metrics"), bool) else None,
         decode_log_interval=_int(d.get("decode_log_interval")),
         weight_gb=_float(mem.get("weight")),
         kv_cache_gb=_float(mem.get("kvcache")),
-        graph_gb=_float(mem.get("graph")),
+        graph_gb=_graph_gb(mem.get(names.SERVER_INFO["graph_mem"].in_release(names.NEWEST))),
+        startup_s=_startup_phases(d.get(names.SERVER_INFO["startup_time"].in_release(names.NEWEST))),
         time_scale=scale if scale is not None and scale > 0 else 1.0,
         simulated=isinstance(d.get("sim_profile"), str) and bool(d.get("sim_profile")),
     )
+
+
+def _graph_gb(v: Any) -> Optional[float]:
+    """Cuda-graph memory in GB: a number (0.5.10) or a dict by phase (0.5.23: prefill, decode,
+    target_verify, draft_*), summed; None when no part is a number."""
+    if isinstance(v, dict):
+        parts = [f for f in map(_float, v.values()) if f is not None]
+        return math.fsum(parts) if parts else None
+    return _float(v)
+
+
+def _startup_phases(v: Any) -> Optional[dict[str, float]]:
+    """0.5.23's /server_info startup_time: {phase: seconds}, a nested dict (cuda_graph by phase)
+    summed into its phase; None when it holds no number (0.5.10 has no such key)."""
+    if not isinstance(v, dict):
+        return None
+    out: dict[str, float] = {}
+    for k, x in list(v.items())[:64]:
+        f = _graph_gb(x)  # a number, or a dict of numbers summed
+        if isinstance(k, str) and f is not None and f >= 0:
+            out[k] = f
+    return out or None
 
 
 @dataclass

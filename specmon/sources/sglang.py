@@ -158,7 +158,7 @@ def ranks_from_metrics(snap: MetricsSnapshot) -> list[RankReading]:
     """One RankReading per data-parallel rank of a /metrics scrape: SGLang labels each DP rank's
     scheduler series with dp_rank (a server without DP ranks has no such label: [])."""
     seen: set[int] = set()
-    for lab, _ in snap.series("num_running_reqs") + snap.series("token_usage"):
+    for lab, _ in snap.series(RUNNING) + snap.series(TOKEN_USAGE):
         try:
             seen.add(int(lab["dp_rank"]))
         except (KeyError, ValueError):
@@ -166,12 +166,12 @@ def ranks_from_metrics(snap: MetricsSnapshot) -> list[RankReading]:
     out = []
     for k in sorted(r for r in seen if 0 <= r < 4096):
         rank = str(k)
-        used = _int(snap.value("num_used_tokens", dp_rank=rank))
-        cap = _int(snap.value("max_total_num_tokens", dp_rank=rank))
-        out.append(RankReading(dp_rank=k, running_reqs=_int(snap.value("num_running_reqs", dp_rank=rank)),
-                               queued_reqs=_int(snap.value("num_queue_reqs", dp_rank=rank)),
+        used = _int(snap.value(KV_USED, dp_rank=rank))
+        cap = _int(snap.value(KV_CAP, dp_rank=rank))
+        out.append(RankReading(dp_rank=k, running_reqs=_int(snap.value(RUNNING, dp_rank=rank)),
+                               queued_reqs=_int(snap.value(QUEUED, dp_rank=rank)),
                                kv_used_tokens=used, kv_capacity_tokens=cap,
-                               kv_usage=kv_usage_of(_nonneg(snap.value("token_usage", dp_rank=rank)), used, cap)))
+                               kv_usage=kv_usage_of(_nonneg(snap.value(TOKEN_USAGE, dp_rank=rank)), used, cap)))
     return out
 
 
@@ -471,7 +471,7 @@ class ArmCollector:
             snap = MetricsSnapshot.parse(body.decode("utf-8", errors="replace"), ts=clock.wall(), only=USED_METRICS)
         except ValueError as e:  # MetricsParseError: bad lines, or more than the parser is given
             return None, f"malformed /metrics ({e})"
-        if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
+        if not snap.has(RUNNING) and not snap.has(TTFT + "_bucket"):
             return None, "/metrics has no SGLang series"
         self.mode = "metrics"
         return self._sample_from_metrics(snap, t0), None
@@ -479,7 +479,7 @@ class ArmCollector:
     def read_snapshot(self, snap: MetricsSnapshot, t0: float) -> Optional[Sample]:
         """A Sample from an already parsed scrape of this server (e.g. its part of a gateway's
         /engine_metrics); it joins this collector's window. None without SGLang series."""
-        if not snap.has("num_running_reqs") and not snap.has("time_to_first_token_seconds_bucket"):
+        if not snap.has(RUNNING) and not snap.has(TTFT + "_bucket"):
             return None
         return self._sample_from_metrics(snap, t0)
 
