@@ -1,9 +1,11 @@
 """Where the real SGLang server (CPU engine) lives, for the `real_sglang` test tier.
 
-`../shared/real-sglang/setup.sh VENV` builds a venv with SGLang 0.5.10.post1 and `serve.sh VENV
-PORT [flags]` starts it on 127.0.0.1 with a tiny random-weight model. `.ci/run` builds the venv
-once into a cache folder outside the repo and exports its path. Tests marked real_sglang skip
-(with the reason) when either is missing.
+`../shared/real-sglang/setup.sh VENV` builds a venv with SGLang 0.5.23 (`SGLANG_VERSION=0.5.10.post1`
+for the earlier release) and `serve.sh VENV PORT [flags]` starts it on 127.0.0.1 with a tiny
+random-weight model. The tier is written for 0.5.23; `.ci/run` builds both venvs once into cache
+folders outside the repo (one per version), runs the tier on 0.5.23 and the attach test on
+0.5.10.post1 (SPECMON_SGLANG_VENV pointed at it). Tests marked real_sglang skip (with the reason)
+when the venv or the scripts are missing.
 
   SPECMON_SGLANG_VENV       the venv (default: ~/.cache/specmon/sglvenv, else /work/sglvenv)
   SPECMON_REAL_SGLANG_DIR   the folder holding serve.sh and tiny-llama/ (default: ../shared/real-sglang)
@@ -72,9 +74,11 @@ class RealServer:
 
 def launch_argv(port: int, *flags: str, metrics: bool = True) -> list[str]:
     """`python -m sglang.launch_server` as serve.sh runs it; metrics=False leaves --enable-metrics out
-    (serve.sh always sets it)."""
+    (serve.sh always sets it). --sleep-on-idle (both releases): an idle CPU-engine scheduler
+    otherwise spins a core, on a machine the tests share."""
     argv = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL), "--device", "cpu",
-            "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", "8192"]
+            "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", "8192",
+            "--sleep-on-idle"]
     return argv + (["--enable-metrics"] if metrics else []) + list(flags)
 
 
