@@ -142,10 +142,12 @@ def test_one_arm_per_worker_and_the_gateway_header(regular):
     assert {w.circuit for w in st.workers} == {"closed"} and all(w.healthy for w in st.workers)
     assert all(w.active_requests == 0 for w in st.workers)  # nothing in flight now
     # smg 1.x merges worker b's dp_rank series with a's (sglang-router 0.3.2 answered 500 here:
-    # tests/test_gateway_fixtures.py), so the gateway's reading of each worker is its /engine_metrics
+    # tests/test_gateway_fixtures.py); its reading of each worker is its smg_engine_* series once its
+    # load monitor has read the worker (every second here), its /engine_metrics until then
     assert st.reason is None
     for s in second.samples.values():
-        assert s.up and s.source == "gateway" and s.reason == "from the gateway's /engine_metrics"
+        assert s.up and s.source == "gateway" and s.reason in (
+            "from the gateway's smg_engine_* series", "from the gateway's /engine_metrics")
     b_name = f"127.0.0.1:{hb.port}"
     assert [r.dp_rank for r in second.samples[b_name].ranks] == [0, 1]
 

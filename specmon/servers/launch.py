@@ -524,6 +524,10 @@ class Supervisor:
         env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1", **g.env}
         command = g.command or _smg_command()
         self.gateway_binary = {"binary": command[0], "version": smg_version(command[0], env={**self.base_env, **env})}
+        if re.match(r"smg [1-9]", self.gateway_binary["version"]) and "load_monitor_interval" not in g.flags:
+            # smg 1.x reads its workers' loads every 10 s by default: the figures it stands in with
+            # for a worker specmon cannot reach (smg_engine_*, /get_loads) would be that old
+            flags["load_monitor_interval"] = 1
         spec = LaunchSpec(flags=flags, env=env, host=g.host, port=port, command=command,
                           startup_timeout_s=g.startup_timeout_s)
         arm = ArmLayout(name=g.name, launch=spec)
