@@ -181,3 +181,14 @@ def test_an_earlier_assert_does_not_hide_the_last_exception():
     lines = ['  File "/v/sglang/srt/server_args.py", line 3054, in _handle_speculative_decoding', "    assert (",
              "AssertionError", "later:", "RuntimeError: the one that ended it"]
     assert lp.failure_cause(lines) == "RuntimeError: the one that ended it"
+
+
+def test_speculative_assert_of_0_5_23_is_named():
+    """SGLang 0.5.23 asserts in arg_groups/speculative_hook.py (`cfg.`), not server_args.py (`self.`):
+    the last lines of the real server started with --speculative-algorithm EAGLE
+    --speculative-eagle-topk 4 and no --speculative-num-steps."""
+    lines = (DATA / "sglang_real_spec_assert_0523.log").read_text().splitlines()
+    cause = lp.failure_cause(lines)
+    assert cause.startswith("SGLang rejected the speculative-decoding arguments: and cfg.speculative_num_draft_tokens "
+                            "is None (speculative_hook.py line ")
+    assert "need --speculative-num-steps" in cause

@@ -251,7 +251,9 @@ _CARETS = re.compile(r"^[\s^~]+$")
 # asserts that --speculative-eagle-topk and --speculative-num-draft-tokens are unset too, bare
 # (no message); Python 3.11 prints the sub-expression that failed, e.g.
 # `and self.speculative_num_draft_tokens is None`.
-_SPEC_STEPS_ASSERT = re.compile(r"self\.speculative_(?:eagle_topk|num_draft_tokens) is None")
+# SGLang 0.5.23 moved the check to arg_groups/speculative_hook.py `_handle_eagle_family`, whose
+# object is `cfg`.
+_SPEC_STEPS_ASSERT = re.compile(r"(?:self|cfg)\.speculative_(?:eagle_topk|num_draft_tokens) is None")
 
 
 def assertion_cause(lines: list[str]) -> Optional[str]:
@@ -274,7 +276,9 @@ def assertion_cause(lines: list[str]) -> Optional[str]:
             break
     where = f"{frame.group('file').rsplit('/', 1)[-1]} line {frame.group('line')}" if frame else None
     what = msg or (source[-1] if source and source[-1] not in ("assert (", "assert") else "")
-    if frame is not None and "speculative" in frame.group("func").lower():
+    spec_frame = frame is not None and (
+        "speculative" in frame.group("func").lower() or "speculative" in frame.group("file").rsplit("/", 1)[-1])
+    if spec_frame:
         text = f"SGLang rejected the speculative-decoding arguments: {what or 'assert failed'} ({where})"
         if not msg and _SPEC_STEPS_ASSERT.search(what):
             text += ("; --speculative-eagle-topk / --speculative-num-draft-tokens need "
