@@ -13,7 +13,9 @@ ValueError), the only exception `MetricsSnapshot.parse` lets out.
 
 Rank selection (1.2, 1.7 of the reference): scheduler gauges carry `tp_rank`/`pp_rank`, and
 with `--enable-metrics-for-all-schedulers` (or TP=2 for a few series) several ranks write the
-*same* quantity. Summing them would double count, so we read the series of rank 0.
+*same* quantity. Summing them would double count, so we read the series of rank 0. Labels that
+cut a quantity into parts instead (SGLang 0.5.23's `is_streaming`, `engine_type`:
+sglang_names.SPLIT_LABELS) are summed over: a value or histogram is all its parts.
 """
 
 from __future__ import annotations
