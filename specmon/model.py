@@ -689,6 +689,12 @@ class LevelProgress(Event):
     done_requests: dict[str, int]  # per arm
     eta_s: Optional[float] = None  # whole ramp, in wall seconds (elapsed_s/planned_s are the arms' seconds)
     in_flight: dict[str, int] = field(default_factory=dict)  # rate levels: per arm, arrived and not finished
+    paused: bool = False  # the ramp is paused: elapsed_s holds still (the level re-runs at the resume)
+    # the level's plan has run out (elapsed_s == planned_s, never past it): in-flight requests drain
+    draining: bool = False
+    # elapsed_s / planned_s on the wall clock (eta_s's clock), for a sped-up simulator's ramp
+    elapsed_wall_s: Optional[float] = None
+    planned_wall_s: Optional[float] = None
 
 
 @dataclass

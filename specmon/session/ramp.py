@@ -206,7 +206,14 @@ class _LevelState:
         self.t0 = clock.wall()
         self.window_t0 = self.t0
         self.t_stop: Optional[float] = None
-        self.paused_during = False
+        self.paused_during = False  # an open-loop level paused: its schedule shifted, not valid
+        # Closed-loop levels: a pause (`space` in the TUI, RampDriver.pause) stops the level's
+        # clock; at the resume the level runs again from the start (t0, window_t0 and its clock
+        # reset, `reruns` counts them), so its window holds no idle time. paused_at: wall time the
+        # running pause began (None: not paused); paused_s: wall seconds paused in all.
+        self.paused_at: Optional[float] = None
+        self.paused_s = 0.0
+        self.reruns = 0
         # Per arm: wall seconds streams spent backing off, the 429/503 answers, the requests with
         # no answer (by why), and each stream's last connection loss (None: its last request got
         # an answer); a server is gone when every stream's last request lost its connection.
@@ -458,13 +465,15 @@ class RampDriver:
         fut = self._load.submit(self._level_on_load_loop(i, c, level, clients) if rate is None
                                 else self._rate_level_on_load_loop(i, rate, level, clients))
         opened: Optional[dict[str, Any]] = None  # each arm's /metrics scrape when the window opened
+        opened_run = 0  # the level's run (level.reruns) that scrape belongs to
         while not fut.done():
             try:
                 await asyncio.wait([fut], timeout=1.0)
             except asyncio.CancelledError:
                 fut.cancel()  # reaches the task on the load loop
                 raise
-            if opened is None and clock.wall() >= level.window_t0:
+            if (opened is None or opened_run != level.reruns) and clock.wall() >= level.window_t0:
+                opened_run = level.reruns  # a re-run (after a pause) opens its own window
                 opened = {a.name: live.newest_metrics(a.name) for a in self.arms}
                 self.fleet.window_opened(live)
             drain()
@@ -472,9 +481,22 @@ class RampDriver:
             if rate is not None and self.trace is None:  # a trace level runs its course: its backlog is the trace's
                 self._watch_backlog(level, rate, live)
                 in_flight = {a.name: _in_flight(level.outcomes[a.name]) for a in self.arms}
-            elapsed = (clock.wall() - level.t0) * self._pace()
-            emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=plan.level_duration_s if not plan.requests_per_level else None,
-                               done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed), in_flight=in_flight))
+            # The level's clock: stopped while paused, never past its plan (after the plan the
+            # level drains what is in flight: `draining`); the same seconds on the wall clock,
+            # which the ETA uses, so a front end can show one clock.
+            now = level.paused_at if level.paused_at is not None else clock.wall()
+            planned = plan.level_duration_s if not plan.requests_per_level else None
+            wall_elapsed = max(now - level.t0, 0.0)
+            elapsed = wall_elapsed * self._pace()
+            draining = level.t_stop is not None or (planned is not None and elapsed >= planned)
+            if planned is not None:
+                elapsed = min(elapsed, planned)
+                wall_elapsed = min(wall_elapsed, self._wall(planned))
+            emit(LevelProgress(level=i, elapsed_s=elapsed, planned_s=planned,
+                               done_requests=dict(level.done), eta_s=self._wall_eta(i, elapsed), in_flight=in_flight,
+                               paused=level.paused_at is not None, draining=draining,
+                               elapsed_wall_s=round(wall_elapsed, 3),
+                               planned_wall_s=None if planned is None else round(self._wall(planned), 3)))
         level.wake = None
         fut.result()
         drain()
@@ -489,7 +511,7 @@ class RampDriver:
             think = sum(max(0.0, min(b, window.t1) - max(a, window.t0)) for a, b in level.think[arm.name])
             r = level_result(arm.name, i, c, level.outcomes[arm.name], window, level.t0, stopped,
                              live.samples_for(arm.name, window.t0, window.t1),
-                             scale=self._scale(arm.name, level.outcomes[arm.name]),
+                             scale=self._scale(arm.name, self._this_run(level, arm.name)),
                              max_running=info.max_running_requests if info is not None else None,
                              queue_hist=_window_histogram((opened or {}).get(arm.name), live.newest_metrics(arm.name),
                                                           "queue_time_seconds"),
@@ -499,9 +521,13 @@ class RampDriver:
                              idle_s=think)
             if rate is not None and self.trace is None:
                 self._over_saturation(arm.name, r, level, window, live)
-            if level.paused_during:  # the window holds idle time: its rates and shares mean nothing
+            if level.paused_during:  # an open-loop schedule waited: its window holds idle time
                 r.valid = False
                 r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
+            elif level.reruns:  # closed loop: measured again after the pause, the pause left out
+                said = (f"paused {level.paused_s * self._pace():.0f} s; re-run from the resume "
+                        f"(its figures and duration are from after the pause)")
+                r.note = "; ".join(x for x in (r.note, said) if x)
             self._explain_failures(arm, r, level, (level.t_stop or t_end) - level.t0)
             r.queue_ttft_share = queue_share(r)
             note = queueing_ttft(r)
@@ -524,7 +550,7 @@ class RampDriver:
                               "chunk_gap_ms": None if gap is None else round(gap * 1000, 3)}
         paces = {}
         for arm in self.arms:
-            pace = server_pace(level.outcomes[arm.name]) if arm.name not in self.fleet.gateways else None
+            pace = server_pace(self._this_run(level, arm.name)) if arm.name not in self.fleet.gateways else None
             nominal = self.scales.get(arm.name, 1.0)
             if pace is None:
                 continue
@@ -551,6 +577,14 @@ class RampDriver:
         emit(LevelFinished(level=i, results=results + workers, knees={
             **{a.name: self.knees[a.name] for a in self.arms if a.name in self.knees}, **worker_knees},
             load_client=stats, fleets=fleets))
+
+    @staticmethod
+    def _this_run(level: _LevelState, arm: str) -> list[RequestOutcome]:
+        """The arm's requests of the level's last run: after a pause and its re-run, those sent
+        before the resume would put the pause into the simulator's measured pace."""
+        outs = level.outcomes[arm]
+        return outs if not level.reruns else [o for o in outs if o.t_sent_wall is not None
+                                              and o.t_sent_wall >= level.t0]
 
     def _wall_eta(self, i: int, elapsed: float) -> Optional[float]:
         """Wall seconds until the ramp ends: what the operator waits (level times are the arms')."""
@@ -815,8 +849,7 @@ class RampDriver:
             while not stop.is_set():
                 if arm in self.denied:  # 401/403: this arm gets nothing more
                     return
-                if self._paused.is_set():
-                    level.paused_during = True
+                if self._paused.is_set():  # the level's own loop restarts the level at the resume
                     await asyncio.sleep(0.05)
                     continue
                 if plan.requests_per_level and issued[arm] >= plan.requests_per_level:
@@ -873,12 +906,29 @@ class RampDriver:
             left = duration
             last = time.monotonic()
             paused = self._paused.is_set()
+            if paused:
+                level.paused_at = clock.wall()
             while True:
                 now = time.monotonic()
                 if not paused and left is not None:
                     left -= now - last
                 last = now
-                paused = self._paused.is_set()
+                was_paused, paused = paused, self._paused.is_set()
+                if paused and not was_paused:
+                    level.paused_at = clock.wall()
+                elif was_paused and not paused and level.t_stop is None:
+                    # Resumed: what ran before the pause and the drain during it are not a steady
+                    # state at C. The level runs again from here, its clock and settle anew.
+                    t = clock.wall()
+                    level.paused_s += t - (level.paused_at or t)
+                    level.paused_at = None
+                    level.reruns += 1
+                    level.t0, level.window_t0 = t, t + self._wall(plan.settle_s)
+                    left = duration
+                    for a in issued:  # --requests-per-level: the count starts again too
+                        issued[a] = 0
+                elif was_paused and not paused:
+                    level.paused_at = None
                 if self._skip.is_set():
                     level.t_stop = clock.wall()
                     stop.set()
