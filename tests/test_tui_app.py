@@ -246,6 +246,9 @@ async def test_replay_shows_d3_knees_and_a_plateau_within_the_noise(tmp_path):
         await pilot.pause()
         banner = app.query_one(KneeBanner)
         assert banner.display
+        assert "plateau knee C=10 (within the noise)  k: every knee" in text(banner)  # the headline
+        await pilot.press("k")
+        await pilot.pause()
         line = text(banner)
         assert "plateau C=10 (within the noise)" in line
         assert "power C=10 ·" in line  # confirmed: no '?'

@@ -185,3 +185,44 @@ def _newest_rows(name: str, level: int):
 
 def arm_glyph_of(app, arm: str) -> str:
     return re.escape(ARM_GLYPHS[app.state.arm(arm).index % len(ARM_GLYPHS)])
+
+
+# ---------------------------------------------------------------------------------------------
+# One headline knee per arm; k shows every knee; a fleet's worker says its C is the fleet's
+
+
+async def test_one_headline_knee_per_arm_and_k_for_the_rest():
+    app = _app("session_gateway_fleet")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_replay_end(pilot, timeout=12.0, every=0.02)
+        await pilot.pause(0.1)
+        from specmon.tui.widgets.knee_banner import KneeBanner
+        banner = app.query_one(KneeBanner)
+        with app.state.lock:
+            news = [a for a in app.state.arms.values() if a.knee_news]
+            heads = {a.name: a.knees_summary.headline for a in news if a.knees_summary is not None}
+        lines = banner.render().plain.splitlines()
+        assert len(lines) == len(news) and news  # one line an arm, whatever it knows
+        for line in lines:
+            assert "k: every knee" in line and "power" not in line and "predicted" not in line
+        for name, h in heads.items():
+            if h is not None:  # the worker's knee is at the gateway's offered C: said so
+                assert f"{h.definition} knee fleet C={h.concurrency:g}" in banner.render().plain
+        await pilot.press("k")
+        await pilot.pause()
+        every = banner.render().plain
+        assert "power fleet C=" in every and "k: every knee" not in every
+        assert "C=" in every and " C=" not in every.replace("fleet C=", "").replace("C≈", "")
+        await pilot.press("k")
+        await pilot.pause()
+        assert banner.render().plain.splitlines() == lines
+
+
+def test_a_pane_value_keeps_its_figures_whole():
+    from rich.text import Text
+
+    from specmon.tui.widgets.base import whole_parts
+    v = Text("██▏  21.7% · 38.0K/175K tok")
+    assert whole_parts(v, 40).plain == v.plain
+    assert whole_parts(v, 20).plain == "██▏  21.7%"
+    assert whole_parts(Text("19.6K/175K"), 6).plain == "19.6K…"

@@ -70,6 +70,8 @@ async def test_rate_levels_and_the_search_in_the_tui(tmp_path):
         assert "level 3/?" in progress and "r 4/s" in progress and "in flight 12" in progress
         banner = app.query_one(KneeBanner)
         assert banner.display
+        await pilot.press("k")  # every knee, the search's with them
+        await pilot.pause()
         line = str(banner.render())
         assert "search r=2/s [2/s, 4/s) 3 levels" in line, line
         assert "SLO met to r=2/s" in line

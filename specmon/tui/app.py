@@ -71,6 +71,7 @@ class SpecmonApp(App[str]):
         Binding("l", "toggle_logs", "logs"),
         Binding("r", "toggle_ramp_view", "levels"),
         Binding("slash", "search", "search", show=False),
+        Binding("k", "toggle_knees", "knees", show=False),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -438,6 +439,12 @@ class SpecmonApp(App[str]):
             return
         self._interrupt_at = None
         await self.action_quit()
+
+    def action_toggle_knees(self) -> None:
+        """k: every knee definition in the banner, or the one headline knee per arm."""
+        self.query_one(KneeBanner).toggle_details()
+        self._layout_was = None  # the banner's height counts in the layout
+        self._update_compact()
 
     def action_toggle_display(self) -> None:
         self.display_paused = not self.display_paused

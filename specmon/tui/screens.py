@@ -31,6 +31,7 @@ KEYS = [
     ("space", "pause / resume the ramp (replay: pause playback)"),
     ("n", "skip to the next ramp level"),
     ("o / O", "the fleet table (more than four arms): sort by the next column / reverse the order"),
+    ("k", "every knee in the banner (plateau, queueing, power, SLO, predicted) / one headline knee per arm"),
     ("?", "this help"),
 ]
 
@@ -43,7 +44,8 @@ LEGEND = [
     ("one line", "a small terminal shows each arm on one line: GPU memory, KV, accept, run/cap, queue, "
                  "tok/s, TTFT"),
     ("◆ ┆", "confirmed knee on the ramp plots; ┊ the knee predicted from KV capacity"),
-    ("KNEE", "plateau (D1), queueing (D2), power = max tok/s ÷ TTFT p50, SLO met up to C, goodput = max "
+    ("KNEE", "one per arm: the queueing knee, else the plateau (the one to act on); with k: "
+             "plateau (D1), queueing (D2), power = max tok/s ÷ TTFT p50, SLO met up to C, goodput = max "
              "tok/s × SLO attainment; C=8? not confirmed yet; within the noise: the plateau's 95% bounds "
              "do not settle it"),
     ("—", "not known (never shown as 0)"),

@@ -423,6 +423,7 @@ class ArmPane:
             value = self.value()
             label = text(self.LABEL.ljust(LABEL_W), self.st("label"))
             if self.chart_height == 1 and width >= INLINE_MIN_W:
+                value = whole_parts(value, INLINE_VALUE_W)
                 value.truncate(INLINE_VALUE_W, pad=True)
                 chart = self.chart(width - LABEL_W - INLINE_VALUE_W - 1, 1)
                 lines = [assemble(label, value, " ", *(chart[:1] or [Text("")]), no_wrap=True)]
@@ -430,7 +431,7 @@ class ArmPane:
                 if note is not None:
                     lines.append(assemble(" " * LABEL_W, note, no_wrap=True))
                 return lines
-            value.truncate(width - LABEL_W)
+            value = whole_parts(value, width - LABEL_W)
             lines = [assemble(label, value, no_wrap=True)]
             note = self.note()
             if note is not None:
@@ -453,6 +454,21 @@ class ArmPane:
 
     def unknown(self, why: str = "—") -> Text:
         return text(why, self.st("dim"))
+
+
+def whole_parts(value: Text, room: int) -> Text:
+    """`value` within `room` cells, its ' · '-separated parts whole: the parts that do not fit
+    are left out (a pane 38 cells wide showed 'KV … 19.6K/175' for 19.6K/175K tok); a first
+    part wider than the room is cut with an ellipsis."""
+    if value.cell_len <= room:
+        return value
+    plain = value.plain
+    cut = plain.rfind(" · ", 0, room + 1)
+    if cut > 0:
+        return value[:cut]
+    out = value[:max(room - 1, 0)]
+    out.append("…")
+    return out
 
 
 def split_width(width: int, parts: Sequence[int]) -> list[int]:

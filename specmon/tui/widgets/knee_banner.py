@@ -1,4 +1,5 @@
-"""A banner once a knee is confirmed: per arm, every knee definition, and the predicted knee.
+"""A banner once a knee is confirmed: per arm one headline knee (queueing, else the plateau) and
+`k: every knee`; with k, every knee definition and the predicted knee as below.
 
 One line per arm (more where its knees do not fit the width): the confirmed plateau (D1, "(within the noise)" when its 95% bounds do not
 settle it) and queueing (D2) knees, the D3 knees of the arm's latest level (Kleinrock power, and
@@ -32,6 +33,14 @@ class KneeBanner(StyledWidget):
     def __init__(self, session: SessionState, **kw) -> None:
         super().__init__(**kw)
         self.session = session
+        # False: one headline knee per arm (queueing, else the plateau: the one to act on);
+        # True (k): every definition, the predicted knee and the latest knee's words
+        self.details = False
+
+    def toggle_details(self) -> None:
+        self.details = not self.details
+        self.update_view()
+        self.refresh(layout=True)
 
     def _lines(self, width: int) -> list[Text]:
         lines: list[Text] = []
@@ -51,10 +60,12 @@ class KneeBanner(StyledWidget):
     def render(self) -> Text:
         return Text("\n", no_wrap=True, overflow="ellipsis").join(self._lines(self.size.width or 80))
 
-    def _item(self, name: str, c, note: str = "", confirmed: bool = True, rates: bool = False) -> Text:
+    def _item(self, name: str, c, note: str = "", confirmed: bool = True, rates: bool = False,
+              fleet: bool = False) -> Text:
         t = Text()
         t.append(f"{name} ", style=self.st("value"))
-        t.append("r=" if rates else "C=", style=self.st("unit"))
+        # a fleet's worker is ramped through its gateway: its knee sits at the fleet's offered C
+        t.append(("fleet " if fleet else "") + ("r=" if rates else "C="), style=self.st("unit"))
         t.append("—" if c is None else f"{c:g}", style=self.st("value"))
         if rates:
             t.append("/s", style=self.st("unit"))
@@ -71,14 +82,15 @@ class KneeBanner(StyledWidget):
         # them is the operator's answer), the latest one's words at the end.
         by_definition = {x.definition: x for x in arm.knees}
         rates = any(r.offered_rate is not None for r in arm.levels)
+        fleet = arm.fleet is not None
         for definition, x in by_definition.items():
             note = "within the noise" if definition == "plateau" and x.resolved is False else ""
-            items.append(self._item(definition, x.concurrency, note, rates=rates))
+            items.append(self._item(definition, x.concurrency, note, rates=rates, fleet=fleet))
         summary = arm.knees_summary
         if summary is not None:
             if summary.power.concurrency is not None:
                 items.append(self._item("power", summary.power.concurrency, confirmed=summary.power.confirmed,
-                                        rates=rates))
+                                        rates=rates, fleet=fleet))
             if summary.slo is not None:
                 words = slo_condition(summary.slo.slo_ttft_s, summary.slo.slo_tpot_s)
                 t = Text("SLO ", style=self.st("value"))
@@ -96,10 +108,40 @@ class KneeBanner(StyledWidget):
                 items.append(self._search(summary.search, rates))
         return items
 
+    def _headline(self, arm: ArmState) -> Text:
+        """The one knee to act on: the analysis' headline (queueing, else the plateau), or before
+        the arm's first summary the confirmed knee events' own (queueing first)."""
+        rates = any(r.offered_rate is not None for r in arm.levels)
+        fleet = arm.fleet is not None
+        summary = arm.knees_summary
+        h = summary.headline if summary is not None else None
+        if h is not None:
+            note = ("the ramp's last level: add a level to confirm" if not h.confirmed else
+                    "within the noise" if h.definition == "plateau" and "within the noise" in h.words else "")
+            return self._item(f"{h.definition} knee", h.concurrency, note, confirmed=h.confirmed,
+                              rates=rates, fleet=fleet)
+        by_definition = {x.definition: x for x in arm.knees}
+        for definition in ("queueing", "plateau"):
+            x = by_definition.get(definition)
+            if x is not None:
+                note = "within the noise" if definition == "plateau" and x.resolved is False else ""
+                return self._item(f"{definition} knee", x.concurrency, note, rates=rates, fleet=fleet)
+        return Text("no queueing or plateau knee yet", style=self.st("dim"))
+
     def _pack(self, arm: ArmState, width: int) -> list[Text]:
         head = Text(no_wrap=True)
         head.append(" KNEE ", style=self.st("warn"))
         head.append(f"{arm_glyph(arm.index)} {arm.name}", style=self.arm_style(arm.index))
+        if not self.details:
+            head.append("  ")
+            head.append_text(self._headline(arm))
+            hint = Text("  k: every knee", style=self.st("dim"))
+            if head.cell_len + hint.cell_len <= width:
+                head.append_text(hint)
+            if head.cell_len > width:
+                head.truncate(width - 1)
+                head.append("…")
+            return [head]
         lines = [head]
         first = True  # no knee said yet
         for item in self._items(arm):
@@ -115,13 +157,16 @@ class KneeBanner(StyledWidget):
         line = lines[-1]
         pk = arm.predicted_knee
         if pk is not None and pk.concurrency is not None:
-            pred = Text.assemble(("  predicted C≈", self.st("unit")), (f"{pk.concurrency:.1f}", self.st("value")))
+            # a worker's own KV pool: said apart from the fleet's C the measured knees are at
+            pred = Text.assemble(("  predicted C≈", self.st("unit")), (f"{pk.concurrency:.1f}", self.st("value")),
+                                 (" (this worker alone)" if arm.fleet is not None else "", self.st("dim")))
             if line.cell_len + pred.cell_len <= width:
                 line.append_text(pred)
         k = arm.confirmed_knee
         room = width - line.cell_len - 2
         if k is not None and k.detail and room >= DETAIL_MIN_W:
-            line.append("  " + fit_words(k.detail, room), style=self.st("dim"))
+            detail = k.detail.replace("C=", "fleet C=") if arm.fleet is not None else k.detail
+            line.append("  " + fit_words(detail, room), style=self.st("dim"))
         for line in lines:  # an item wider than the whole line (a very narrow terminal)
             if line.cell_len > width:
                 line.truncate(width - 1)

@@ -10,7 +10,7 @@ from rich.text import Text
 from specmon.model import kv_usage_of
 from specmon.tui import fmt
 from specmon.tui.chart import bar
-from specmon.tui.widgets.base import ArmPane, assemble
+from specmon.tui.widgets.base import LABEL_W, ArmPane, assemble
 
 WARN, FULL = 0.85, 0.95
 
@@ -29,12 +29,17 @@ class KvPane(ArmPane):
         cap = s.kv_capacity_tokens
         if cap is None and self.arm.info is not None:
             cap = self.arm.info.kv_capacity_tokens
-        return self.join(
-            assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
-                          (fmt.pct(usage).rjust(6), self.st("bad" if level == "bar-bad" else "value"))),
-            assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
-                          (f"/{fmt.tokens(cap)} tok", self.st("unit"))),
-        )
+        def line(unit: str) -> Text:
+            return self.join(
+                assemble((filled, self.st(level)), (empty, self.st("bar-empty")), " ",
+                         (fmt.pct(usage).rjust(6), self.st("bad" if level == "bar-bad" else "value"))),
+                assemble((fmt.tokens(s.kv_used_tokens), self.st("value")),
+                         (f"/{fmt.tokens(cap)}{unit}", self.st("unit"))),
+            )
+
+        t = line(" tok")
+        # a narrow pane (four side by side at 160 columns) keeps the figures whole, not the unit
+        return line("") if self.width and t.cell_len > self.width - LABEL_W else t
 
     def note(self) -> Optional[Text]:
         """The prefix cache's hit rate, once the server has reported one (the line stays, so the
