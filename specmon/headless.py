@@ -76,7 +76,7 @@ def tick_line(tick: SamplesTick, t0: float) -> str:
     head = time.strftime("%H:%M:%S", time.localtime(tick.ts))
     level = next((s for s in tick.samples if s.offered_concurrency is not None), None)
     if level is not None:
-        head += f" L{level.level} C={level.offered_concurrency}"
+        head += f" L{level.level + 1} C={level.offered_concurrency}"  # levels count from 1 where shown
     gpu = ""
     if tick.gpus is not None and not tick.gpus.available:
         gpu = ""  # said once at start, not on every line
@@ -113,7 +113,7 @@ def level_table(e: LevelFinished) -> str:
             vals.insert(2, r.achieved_rate)
         rows.append(["-" if v is None else f.format(v) for v, (_, f) in zip(vals, cols)])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
-    out = [f"level {e.level} finished", "  ".join(h.rjust(w) for (h, _), w in zip(cols, widths))]
+    out = [f"level {e.level + 1} finished", "  ".join(h.rjust(w) for (h, _), w in zip(cols, widths))]
     out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     if any(r.accept_length_source == "server" for r in e.results):
         out.append("  * acceptance from the server's gauge (its last decode window), not this level's requests")

@@ -63,3 +63,24 @@ def test_demo_says_its_length_and_how_to_leave():
     assert f"{n} levels" in text and (f"{wall // 60} min {wall % 60:02d} s" in text if wall >= 60 else f"{wall} s" in text)
     assert "q quits" in text
     assert "Ctrl-C" in demo_intro(layout, headless=True)
+
+
+def test_headless_numbers_levels_from_1_everywhere():
+    """levels.csv keeps its 0-based `level` column; every line a person reads counts from 1."""
+    import dataclasses
+    import io
+
+    from specmon.headless import HeadlessPrinter, level_table, tick_line
+    from specmon.model import LevelFinished, LevelResult, LevelStarted, Sample, SamplesTick
+
+    out = io.StringIO()
+    printer = HeadlessPrinter(out)
+    printer(LevelStarted(level=0, offered_concurrency=8, planned_s=60.0, levels_total=2))
+    assert "level 1/2: concurrency 8" in out.getvalue()
+    table = level_table(LevelFinished(level=0, results=[LevelResult(arm="a", level=0, offered_concurrency=8)]))
+    assert table.splitlines()[0] == "level 1 finished"
+    s = Sample(ts=0.0, arm="a", up=True)
+    fields = {f.name for f in dataclasses.fields(Sample)}
+    assert {"level", "offered_concurrency"} <= fields
+    s.level, s.offered_concurrency = 0, 8
+    assert " L1 C=8" in tick_line(SamplesTick(samples=[s]), 0.0)

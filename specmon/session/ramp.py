@@ -559,7 +559,7 @@ class RampDriver:
                 self._measured[arm.name] = pace
             if nominal != 1.0 and abs(pace / nominal - 1) > PACE_TOLERANCE:
                 live.mark(f"{arm.name}: the simulator kept x{pace:.2f}, not the x{nominal:g} it reports "
-                          f"(CPU-bound); level {i} figures use the measured pace")
+                          f"(CPU-bound); level {i + 1} figures use the measured pace")
         stats["server_pace"] = paces or None
         backoff = {}
         for arm in self.arms:
