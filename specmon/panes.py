@@ -4,7 +4,7 @@ TUI shows from (None or all of them: everything shows)."""
 from __future__ import annotations
 
 # In each arm's panel, in this order.
-ARM_PANES = ("gpu", "kv", "accept", "queue", "throughput", "ttft")
+ARM_PANES = ("gpu", "kv", "accept", "queue", "throughput", "ttft", "curve")
 # The rest of the screen: the arm panels at all, the ramp's per-level table, the knee banner,
 # the server logs ("gpu" also hides the GPU strip above the arms).
 SCREEN_PANES = ("arms", "levels", "knee", "log")

@@ -16,6 +16,7 @@ SLOW: dict[str, "set[str] | None"] = {
         "test_real_prometheus_scrapes_the_ramp",
     },
     "test_fleet_ramp.py": ALL,
+    "test_observed_knee_e2e.py": ALL,
     "test_trace_e2e.py": ALL,
     "test_full_disk.py": ALL,
     "test_fuzz_inputs.py": ALL,

@@ -33,7 +33,8 @@ MIN_RUNNING = 4  # traffic that never ran more than 3 at once says nothing about
 # The plateau, as the ramp's plateau knee has it (analysis/knee.py): from the running count on which
 # each further running request adds less than 15 % of what one request gives alone.
 PLATEAU_THETA = 0.15
-QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its seconds
+QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its seconds,
+QUEUE_TTFT_SHARE = 0.5  # or when queue time is at least half of TTFT (the ramp's queueing rule)
 KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
 MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
 CONFIDENCE_S = ((300.0, "high"), (60.0, "medium"), (0.0, "low"))
@@ -194,11 +195,10 @@ class OperatingCurve:
         return {"running_now": s.running_reqs, "queue_share_now": share}
 
     def _needed(self) -> int:
-        """Running requests the traffic should reach to show a knee: the request cap when known,
-        else twice the highest seen (at least MIN_RUNNING x 2)."""
-        if self.request_cap:
-            return self.request_cap
-        return max(2 * MIN_RUNNING, 2 * (self.running_max or 0))
+        """Running requests the traffic should reach to show a knee: twice the highest seen (at
+        least MIN_RUNNING x 2), no more than the request cap."""
+        want = max(2 * MIN_RUNNING, 2 * (self.running_max or 0))
+        return min(want, self.request_cap) if self.request_cap else want
 
     def _limit(self, at: list[CurvePoint], knee: int, queued: bool) -> tuple[str, str]:
         cap = self.request_cap
@@ -235,15 +235,22 @@ def _plateau(points: list[CurvePoint]) -> Optional[int]:
     return plateau
 
 
+def _queues(p: CurvePoint) -> bool:
+    """Requests wait in this bin: one waited in most of its seconds, or queue time is most of TTFT
+    (a server whose prefill keeps up only in bursts shows the second before the first)."""
+    share = p.queue_s / p.ttft_s if p.queue_s is not None and p.ttft_s else 0.0
+    return (p.queued_share or 0) >= QUEUED_SHARE or share >= QUEUE_TTFT_SHARE
+
+
 def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
-    queues = [p for p in points if p.running > 0 and (p.queued_share or 0) >= QUEUED_SHARE]
+    queues = [p for p in points if p.running > 0 and _queues(p)]
     if not queues:
         return None
     onset = queues[0].running
     # sustained: every bin above the onset with evidence queues as well (a burst that came and
     # went at a low running count is not an onset)
     for p in points:
-        if p.running > onset and (p.queued_share or 0) < QUEUED_SHARE:
+        if p.running > onset and not _queues(p):
             later = [q for q in queues if q.running > p.running]
             if not later:
                 return None

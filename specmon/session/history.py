@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from specmon.model import ArmSpec, FleetChanged, Marker, SamplesTick, SessionEnded, SessionStarted
+from specmon.analysis.observed import ObservedCurves
+from specmon.model import ArmSpec, FleetChanged, Marker, ObservedKneesUpdated, SamplesTick, SessionEnded, SessionStarted
 from specmon.session.folder import RecordingError, SessionWriter, public_url
 from specmon.sources.promfleet import PrometheusHistory
 
@@ -39,6 +40,7 @@ async def record_history(history: PrometheusHistory, out_dir: Path) -> HistorySu
     arms: dict[str, ArmSpec] = {}
     seen: set[str] = set()
     steps = rows = 0
+    curves = ObservedCurves()  # each worker's operating curve over the window, as a live session's
     try:
         writer(SessionStarted(mode="history", arms=[], interval_s=history.step_s, ts=history.start))
         writer(Marker(label=(f"history from Prometheus {public_url(history.url)} {history.selector}: "
@@ -60,10 +62,14 @@ async def record_history(history: PrometheusHistory, out_dir: Path) -> HistorySu
             seen.update(now)
             samples = [reading.samples[name] for name in now if name in reading.samples]
             writer(SamplesTick(samples=samples, fleets=[reading.status], ts=ts))
+            for s in samples:
+                curves.add(s, interval_s=history.step_s)
             steps += 1
             rows += len(samples)
             if writer.error is not None:
                 raise RecordingError(writer.error)
+        if curves.curves:
+            writer(ObservedKneesUpdated(knees=curves.knees(), ts=history.end))
         writer(SessionEnded(reason=f"history of {_iso(history.start)} to {_iso(history.end)} rebuilt from Prometheus",
                             ts=history.end))
     finally:

@@ -82,6 +82,9 @@ TARGETS_DOWN_EVERY_S = 5.0  # a worker is down: its target's last error, at most
 MAX_BODY_BYTES = 64 * 2**20
 MAX_RANGE_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in one query_range
 MAX_HISTORY_STEPS = 200_000
+# Without --step a history steps at the scrape interval, coarser when the window is long: at most
+# AUTO_HISTORY_STEPS steps (a week at 30 s), enough for an operating curve's bins and its knee.
+AUTO_HISTORY_STEPS = 20_160
 KNEE_NOTE = "knees need 1 s resolution: a ramp against a fleet worker scrapes that worker directly too"
 ROLES = {"unified": "regular", "prefill": "prefill", "decode": "decode"}
 
@@ -990,7 +993,8 @@ class PrometheusHistory:
         if not any(t.interval_s for t in self.view.targets.values()):
             self.view.config_interval_s = parse_config_interval(await _one(api, "/api/v1/status/config", "config"))
         if self.step_s is None:
-            self.step_s = self.view.scrape_interval_s() or 15.0
+            self.step_s = max(self.view.scrape_interval_s() or 15.0,
+                              math.ceil((self.end - self.start) / AUTO_HISTORY_STEPS))
         if self.steps > MAX_HISTORY_STEPS:
             raise ValueError(f"--from/--to/--step: {self.steps:,} steps of {self.step_s:g} s; at most "
                              f"{MAX_HISTORY_STEPS:,}: give a larger --step or a shorter window")

@@ -19,6 +19,8 @@ from specmon.model import (
     ArmPhase,
     ArmSpec,
     FleetChanged,
+    ObservedKnee,
+    ObservedKneesUpdated,
     FleetStatus,
     Event,
     GpuSnapshot,
@@ -88,6 +90,7 @@ class ArmState:
     # phases and log lines), has no panel.
     watched: bool = False
     samples_seen: int = 0
+    observed: Optional[ObservedKnee] = None  # the knee of the traffic it served (analysis/observed.py)
 
     def __post_init__(self) -> None:
         for key in SERIES:
@@ -286,6 +289,10 @@ class SessionState:
                 labelled = label_knee(arm_state.levels, ev.arm, ev.knee_level, ev.definition)
                 if labelled is not None:
                     arm_state.levels = [labelled if x.level == ev.knee_level else x for x in arm_state.levels]
+
+    def _on_ObservedKneesUpdated(self, ev: ObservedKneesUpdated) -> None:
+        for name, k in ev.knees.items():
+            self.arm(name).observed = k
 
     def _on_RampFinished(self, ev: RampFinished) -> None:
         self.ramp_finished = ev.reason

@@ -33,10 +33,12 @@ from specmon.tui.widgets.kv import KvPane
 from specmon.tui.widgets.requests import RequestsPane
 from specmon.tui.widgets.throughput import ThroughputPane
 from specmon.tui.widgets.ttft import TtftPane
+from specmon.tui.widgets.operating_curve import OperatingCurvePane
 
 # specmon/panes.py ARM_PANES, name by name (a layout's `panes:` picks among them)
 PANE_WIDGETS = {"gpu": GpuPane, "kv": KvPane, "accept": AcceptPane, "queue": RequestsPane,
-                "throughput": ThroughputPane, "ttft": TtftPane}
+                "throughput": ThroughputPane, "ttft": TtftPane,
+                "curve": OperatingCurvePane}
 assert tuple(PANE_WIDGETS) == ARM_PANES
 
 

@@ -1,0 +1,102 @@
+"""The observed knee end to end: a simulated server loaded by `specmon ramp` in one process and
+watched by `specmon attach --headless` in another (which sends no load). The knee the attach
+finds in traffic it did not send is within one ramp level of the knee the ramp calls on the same
+server, with the binding limit named right; too little traffic gives no knee and says why; a
+Prometheus history of the same run gives the same knee."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from simproc import REPO, start_sim
+
+SPEED = 5.0  # simulated seconds per wall second: levels of 40 simulated s last 8 wall s
+
+
+def _specmon(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "specmon", *args], cwd=str(REPO), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _meta(folder: Path) -> dict:
+    return json.loads((folder / "session.json").read_text())
+
+
+def watched_ramp(tmp_path: Path, url: str, levels: str, isl: int, osl: int, level_s: int = 40) -> tuple[dict, dict, str]:
+    """Ramp `url` through `levels` while a separate attach watches; (attach's session.json,
+    ramp's session.json, attach's output)."""
+    att = _specmon("attach", url, "--headless", "--interval", "0.5", "--duration", "600",
+                   "--out", str(tmp_path / "attach"))
+    try:
+        deadline = time.monotonic() + 60
+        samples = tmp_path / "attach" / "samples.csv"
+        while not (samples.exists() and len(samples.read_text().splitlines()) >= 2):  # attach is reading
+            assert att.poll() is None and time.monotonic() < deadline, att.stdout.read() if att.poll() else "slow"
+            time.sleep(0.2)
+        ramp = subprocess.run([sys.executable, "-m", "specmon", "ramp", url, "--levels", levels,
+                               "--input-len", str(isl), "--output-len", str(osl), "--level-duration", str(level_s),
+                               "--settle", "5", "--headless", "--out", str(tmp_path / "ramp")],
+                              cwd=str(REPO), capture_output=True, text=True, timeout=400)
+        assert ramp.returncode == 0, ramp.stdout[-2000:] + ramp.stderr[-2000:]
+        time.sleep(1.5)
+    finally:
+        att.send_signal(signal.SIGINT)
+        out, _ = att.communicate(timeout=60)
+    assert att.returncode == 130, out[-2000:]
+    return _meta(tmp_path / "attach"), _meta(tmp_path / "ramp"), out
+
+
+def ramp_knee(meta: dict) -> float:
+    (k,) = meta["knees"].values()
+    knee = k["queueing"] if k["queueing"] is not None else k["plateau"]
+    assert knee is not None, k
+    return knee
+
+
+def within_one_level(observed: Optional[int], knee: float, levels: list[int]) -> bool:
+    i = levels.index(int(knee))
+    lo = levels[i - 1] if i > 0 else 0
+    hi = levels[i + 1] if i + 1 < len(levels) else float("inf")
+    return observed is not None and lo <= observed <= hi
+
+
+# Three servers whose limits differ: a request cap well inside the pool, a pool too small for the
+# requests (its cap far above), and long prompts whose prefill the token budget admits one chunk
+# at a time while the pool and the cap have room.
+CASES = {
+    "request_cap": (["--profile", "fp8-nospec", "--max-running-requests", "12"], "2,4,8,12,16,24", 512, 256),
+    "kv_pool": (["--profile", "fp8-nospec", "--max-total-tokens", "8000"], "2,4,8,12,16,24", 512, 256),
+    "token_budget": (["--profile", "fp8-nospec"], "2,4,8,12,16,24", 4096, 64),
+}
+
+
+@pytest.mark.parametrize("limit", sorted(CASES))
+def test_observed_knee_matches_the_ramps(tmp_path, limit):
+    flags, levels, isl, osl = CASES[limit]
+    with start_sim("--enable-metrics", *flags, speed=SPEED) as sim:
+        attach, ramp, out = watched_ramp(tmp_path, sim.url, levels, isl, osl)
+    (arm, k), = attach["observed_knees"].items()
+    knee = ramp_knee(ramp)
+    assert within_one_level(k["concurrency"], knee, [int(x) for x in levels.split(",")]), (k, knee)
+    assert k["limit"] == limit, k
+    assert k["evidence_s"] > 100 and k["reason"]
+    assert k["curve"] and all(p["evidence_s"] > 0 for p in k["curve"])
+    lines = [ln for ln in out.splitlines() if ln.startswith(f"knee [observed] {arm}:")]
+    assert lines and f"limit {limit}" in lines[-1], out[-3000:]
+
+
+def test_too_little_traffic_gives_no_knee_and_says_why(tmp_path):
+    with start_sim("--enable-metrics", "--profile", "fp8-nospec", speed=SPEED) as sim:
+        attach, _, out = watched_ramp(tmp_path, sim.url, "1,2,3", 256, 64, level_s=30)
+    (arm, k), = attach["observed_knees"].items()
+    assert k["concurrency"] is None and k["limit"] is None
+    assert "running never above 3" in k["reason"] and "need traffic reaching" in k["reason"], k
+    assert f"knee [observed] {arm}: none yet (running never above 3" in out
