@@ -5,9 +5,11 @@ with every event, in order, and nothing else writes the folder):
 
 | file            | from which events                                                   |
 |-----------------|---------------------------------------------------------------------|
-| events.jsonl    | every event but RequestFinished (one JSON object a line, codec.py)  |
+| events.jsonl    | every event but RequestFinished (one JSON object a line, codec.py;  |
+|                 | a tick as its changes from the tick before: format 2)               |
 | samples.csv     | SamplesTick (a row per arm, + one per DP rank), Marker (empty `arm`)|
-| gpus.csv        | SamplesTick.gpus (one row per GPU per tick)                         |
+| gpus.csv        | SamplesTick.gpus (a row per GPU per tick; a simulated card's when it|
+|                 | changes)                                                            |
 | requests.csv    | RequestFinished                                                     |
 | observed_requests.csv | ObservedRequestsRead (attach --request-metrics-dir; made on the first) |
 | levels.csv      | LevelFinished.results; KneeCalled labels the knee's own row         |
@@ -305,6 +307,7 @@ class SessionWriter:
         self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
         self._observed: Optional[_CsvFile] = None
         self._events = _AppendFile(self.out_dir / EVENTS_FILE)
+        self._sim_cards: dict[tuple, dict[str, Any]] = {}  # a simulated card's last row written (gpus.csv)
         self._log = codec.EventLogEncoder()  # ticks as their changes (the samples are in samples.csv too)
         self._level_rows: list[LevelResult] = []  # levels.csv, kept to label a knee's row later
         now = clock.wall()
@@ -394,6 +397,13 @@ class SessionWriter:
             row["processes"] = None if g.processes is None else ";".join(
                 f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes) or "-"
             row.update(ts=ts, available=True)
+            if g.source == "simulated":
+                # A simulated card (one per simulated worker) repeats ~200 B a tick while idle: its
+                # row is written when its reading changes (events.jsonl keeps every tick's).
+                key, same = (g.arm, g.index), {k: v for k, v in row.items() if k != "ts"}
+                if self._sim_cards.get(key) == same:
+                    continue
+                self._sim_cards[key] = same
             self._gpus.write(row)
 
     def _on_knee(self, e: KneeCalled) -> None:

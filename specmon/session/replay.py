@@ -190,6 +190,13 @@ def _load_gpus(path: Path) -> dict[float, GpuSnapshot]:
             GpuProcess(pid=int(pid), name=None, used_bytes=int(used) if used else None)
             for pid, _, used in (x.partition(":") for x in procs.split(";"))]
         snaps.setdefault(ts, GpuSnapshot(ts=ts, available=True)).gpus.append(g)
+    # A simulated card's row is written only when it changes: each tick gets its last one.
+    last: dict[tuple, GpuReading] = {}
+    for ts in sorted(snaps):
+        snap = snaps[ts]
+        here = {(g.arm, g.index) for g in snap.gpus if g.source == "simulated"}
+        snap.gpus.extend(dataclasses.replace(g) for k, g in last.items() if k not in here)
+        last.update({(g.arm, g.index): g for g in snap.gpus if g.source == "simulated"})
     return snaps
 
 
