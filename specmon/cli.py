@@ -18,7 +18,7 @@ from specmon import __version__
 from specmon.errors import ServerError, UsageError
 from specmon.bounds import (
     ARRIVALS, MAX_BURSTINESS, MAX_LEVEL, MAX_PREFIX_GROUPS, MAX_RATE, MAX_TURNS, check_category, check_count,
-    check_levels, check_positive, check_rates, check_seconds, check_seed, check_share, check_tokens, MAX_INTERVAL_S,
+    check_interval, check_levels, check_positive, check_rates, check_seconds, check_seed, check_share, check_tokens,
 )
 
 EXIT_OK = 0
@@ -106,7 +106,7 @@ _seed = _typed(_int, check_seed, "seed")
 _category = _typed(str, check_category, "category")
 _seconds = _typed(_float, check_seconds, "seconds")
 _seconds_or_zero = _typed(_float, lambda s: check_seconds(s, zero_ok=True), "seconds")
-_interval = _typed(_float, lambda s: check_seconds(s, most=MAX_INTERVAL_S), "seconds")
+_interval = _typed(_float, check_interval, "seconds")
 _speed = _typed(_float, lambda x: check_positive(x, most=1e6), "speed")
 _positive = _typed(_float, check_positive, "number")
 _positives = _typed(_float_list, lambda xs: [check_positive(x) for x in xs], "numbers")
@@ -140,7 +140,7 @@ OUT_HELP = "session folder to record into (default ./specmon-sessions/<date-time
 HEADLESS_HELP = "no TUI: one line per tick and the per-level table on stdout (the same CSVs are written)"
 NAME_HELP = "a server under a name of your choice (repeatable); the name labels its panel and its CSV rows"
 API_KEY_HELP = "environment variable that holds the servers' API key (sent as a bearer token, never written)"
-INTERVAL_HELP = "seconds between scrapes (default 1)"
+INTERVAL_HELP = "seconds between scrapes (default 1; at least 0.1: each server is asked at most 10 times a second)"
 GATEWAY_KEY_HELP = ("environment variable holding the gateway's admin key (smg 1.x asks it on /workers and "
                     "/get_loads); sent as the bearer there, never written")
 URLS_HELP = "SGLang server (or gateway) base URL, e.g. http://127.0.0.1:30000"
@@ -184,7 +184,7 @@ def _add_ramp_options(p: argparse.ArgumentParser, levels_required: bool) -> None
                    help="end a level after N requests per arm finished (instead of --level-duration)")
     p.add_argument("--settle", type=_seconds_or_zero, default=None, metavar="S",
                    help="seconds at the start of a level left out of its statistics (default 5)")
-    p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache between levels")
+    p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level (a prefix cache an earlier run filled reads as a fast server)")
     w = p.add_argument_group("workload shape")
     w.add_argument("--shared-prefix-len", type=_tokens, default=None, metavar="L",
                    help="the first L of each prompt's --input-len tokens are a system prompt shared by its group")
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR", help=OUT_HELP + "; the servers' logs go to DIR/logs/")
     p.add_argument("--headless", action="store_true", help=HEADLESS_HELP)
     p.add_argument("--interval", type=_interval, default=None, metavar="S",
-                   help="seconds between scrapes (default: the layout's interval_s, else 1)")
+                   help="seconds between scrapes (default: the layout's interval_s, else 1; at least 0.1)")
     p.add_argument("--gateway-key-env", default=None, metavar="VAR",
                    help=GATEWAY_KEY_HELP + "; the launched gateway is started with it as its admin key")
     _add_metrics_options(p)

@@ -165,4 +165,4 @@ def test_dataset_prompts_flush_between_levels_and_pause(tmp_path):
     assert "paused" not in (lv[0]["invalid_reason"] or ""), lv[0]["invalid_reason"]
     # the paused level ran again from the resume, said in its note (a pause is not a measurement)
     assert "paused" not in (lv[1]["invalid_reason"] or "") and "re-run from the resume" in lv[1]["note"], lv[1]
-    assert log.read_text().count("POST /flush_cache") == 1  # between the two levels, not after the last
+    assert log.read_text().count("POST /flush_cache") == 2  # before each level, not after the last

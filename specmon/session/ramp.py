@@ -10,7 +10,9 @@ percentiles; then the level's LevelResult per arm is computed (analysis.levels),
 checked (analysis.knee), and everything leaves as events (RampStarted, LevelStarted,
 LevelProgress, RequestFinished per request, KneeCalled, LevelFinished, RampFinished): the ramp
 writes nothing itself. Then `host.between_levels(i, restart)` runs (launch mode restarts
-servers there), then an optional POST /flush_cache. The ramp sees the session only through
+servers there), then an optional POST /flush_cache (--flush-cache: before the first level too).
+A first level whose prompts the server had cached already (a second ramp with the same seed)
+is said in a mark and its note, with --flush-cache offered (_warm_cache). The ramp sees the session only through
 source.RampHost.
 
 Durations in the plan (level duration, settle) are in the arms' time: simulated seconds for a
@@ -100,7 +102,11 @@ PACE_TOLERANCE = 0.03
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 RETRY_AFTER_CAP_S = 10.0
-BACKOFF_MOSTLY = 0.5  # a level whose streams waited this share of it or more is invalid
+BACKOFF_MOSTLY = 0.5
+# A first level whose prefix-cache hit rate reaches WARM_CACHE_HIT, and WARM_CACHE_MARGIN above
+# what the workload shares by design, measured a cache an earlier run filled (see _warm_cache).
+WARM_CACHE_HIT = 0.5
+WARM_CACHE_MARGIN = 0.3  # a level whose streams waited this share of it or more is invalid
 _DENIALS = {401: "401 Unauthorized", 403: "403 Forbidden"}
 _STATUS_TEXT = {429: "429 Too Many Requests", 503: "503 Service Unavailable"}
 
@@ -358,6 +364,8 @@ class RampDriver:
             await self._read_scales(live)
             emit(RampStarted(plan=self.plan, time_scale=dict(self.scales), workload=self.workload.describe()
                              if self.trace is None else {**self.workload.describe(), **self.trace.describe()}))
+            if plan.flush_cache:  # before the first level too: nothing cached by an earlier run counts
+                await self._flush(clients, live)
             i = 0
             step = search_step([], start=plan.search_start, max_level=plan.search_max, rates=plan.open_loop,
                                target=plan.attainment)[0] if plan.search else plan.steps[0]
@@ -372,12 +380,7 @@ class RampDriver:
                 if step is not None:
                     await live.between_levels(i, self.plan.restart_between_levels)
                     if self.plan.flush_cache:
-                        for arm in self.arms:
-                            if arm.name in self.denied:
-                                continue
-                            err = await load.submit(clients[arm.name].flush_cache())
-                            if err:
-                                live.mark(f"flush_cache {arm.name} failed: {err}")
+                        await self._flush(clients, live)
                 i += 1
         except asyncio.CancelledError:
             reason = "cancelled"
@@ -397,6 +400,30 @@ class RampDriver:
             load.stop()
         emit(RampFinished(reason=reason))
         return reason
+
+    async def _flush(self, clients: dict[str, GenerateClient], live: RampHost) -> None:
+        """POST /flush_cache to every arm that still gets requests (--flush-cache)."""
+        for arm in self.arms:
+            if arm.name in self.denied:
+                continue
+            err = await self._load.submit(clients[arm.name].flush_cache())
+            if err:
+                live.mark(f"flush_cache {arm.name} failed: {err}")
+
+    def _warm_cache(self, r: LevelResult) -> Optional[str]:
+        """The warning for a first level whose prompts the server had cached already: its hit rate
+        far above what this workload shares by design (a second ramp with the same seed on one
+        server measures a warm prefix cache: low TTFT, little prefill). None when it looks cold."""
+        plan = self.plan
+        if r.cache_hit_rate is None or plan.turns > 1 or plan.flush_cache or self.trace is not None:
+            return None  # multi-turn resends its history: hits are the workload's own
+        shared = (plan.shared_prefix_len or 0) / plan.input_len if plan.input_len else 0.0
+        if r.cache_hit_rate < max(WARM_CACHE_HIT, shared + WARM_CACHE_MARGIN):
+            return None
+        return (f"{r.arm}: {r.cache_hit_rate:.0%} of level 1's prompt tokens came from the server's prefix cache "
+                f"(this workload shares {shared:.0%} by design): the server has these prompts from an earlier run "
+                f"(same --seed?), so TTFT and prefill read low; run again with --flush-cache (POST /flush_cache "
+                f"before each level) or another --seed")
 
     async def _make_client(self, arm: ArmSpec, top: int) -> GenerateClient:
         return GenerateClient(arm.url, max_concurrency=top, timeout_s=self.plan.timeout_s, api_key_env=arm.api_key_env)
@@ -529,6 +556,10 @@ class RampDriver:
                         f"(its figures and duration are from after the pause)")
                 r.note = "; ".join(x for x in (r.note, said) if x)
             self._explain_failures(arm, r, level, (level.t_stop or t_end) - level.t0)
+            warm = self._warm_cache(r) if i == 0 else None
+            if warm is not None:
+                live.mark(warm)
+                r.note = "; ".join(x for x in (r.note, "warm prefix cache: prompts cached before the ramp") if x)
             r.queue_ttft_share = queue_share(r)
             note = queueing_ttft(r)
             r.ttft_note = note[1] if note else None
