@@ -13,6 +13,9 @@ MAX_TOKENS = 1_000_000  # prompt or output tokens of one request
 MAX_REQUESTS_PER_LEVEL = 10_000_000
 MAX_SECONDS = 30 * 86_400  # any duration: a level, a whole session, a timeout, an SLO
 MAX_INTERVAL_S = 3_600.0  # between two scrapes
+# The shortest interval between two scrapes: attach asks each server at most 10 times a second
+# (1e-9 was taken, 114 scrapes a second at one server, each a full /metrics render).
+MIN_INTERVAL_S = 0.1
 MAX_SEED = 2**63
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")  # SPEED-Bench throughput categories
 DEFAULT_LEVEL_DURATION_S = 60.0
@@ -75,6 +78,15 @@ def check_seconds(s: Any, *, zero_ok: bool = False, most: float = MAX_SECONDS) -
     if not math.isfinite(s) or not low_ok or s > most:
         low = ">= 0" if zero_ok else "> 0"
         raise ValueError(f"expected a finite number of seconds {low} and at most {_num(most)}, got {s!r}")
+    return s
+
+
+def check_interval(s: Any) -> float:
+    """Seconds between scrapes: from MIN_INTERVAL_S to MAX_INTERVAL_S."""
+    s = check_seconds(s, most=MAX_INTERVAL_S)
+    if s < MIN_INTERVAL_S:
+        raise ValueError(f"expected at least {_num(MIN_INTERVAL_S)} s between scrapes (at most "
+                         f"{1 / MIN_INTERVAL_S:g} scrapes a second of each server), got {s!r}")
     return s
 
 

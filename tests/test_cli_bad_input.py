@@ -53,6 +53,19 @@ def test_non_finite_seconds_are_refused(tmp_path, command, flag, value):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", [["attach", DEAD, "--headless"], ["ramp", DEAD, "--levels", "2", "--headless"],
+                                     ["launch", "demo", "--headless"]])
+@pytest.mark.parametrize("value", ["1e-9", "0.05"])
+def test_an_interval_under_the_floor_is_one_line(tmp_path, command, value):
+    out = tmp_path / "s"
+    line = one_line_exit_2(specmon(*command, "--interval", value, "--out", out), "--interval", "at least 0.1 s")
+    assert not out.exists()
+
+
+def test_the_interval_floor_is_in_help():
+    assert "at least 0.1" in " ".join(specmon("attach", "--help").stdout.split())
+
+
 @pytest.mark.parametrize("command", [["attach"], ["ramp", "--levels", "2"]])
 def test_unclosed_ipv6_url_is_one_line(tmp_path, command):
     line = one_line_exit_2(specmon(*command, "http://[::1", "--headless", "--out", tmp_path / "s"), "http://[::1")

@@ -28,7 +28,7 @@ def test_a_full_disk_stops_the_session_cleanly_without_torn_rows(tmp_path):
     disk.mkdir()
     with start_sim("--profile", "fp8-mtp", "--enable-metrics", speed=50) as sim:
         script = (f"mount -t tmpfs -o size=96k tmpfs {disk} && "
-                  f"{sys.executable} -m specmon attach {sim.url} --headless --duration 60 --interval 0.05 "
+                  f"{sys.executable} -m specmon attach {sim.url} --headless --duration 60 --interval 0.1 "
                   f"--out {disk}/s; echo rc=$?; "
                   f"mkdir -p {tmp_path}/copy && cp -r {disk}/s {tmp_path}/copy/")
         p = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=str(REPO), capture_output=True, text=True,

@@ -76,6 +76,7 @@ from specmon.errors import UsageError
 from specmon.model import ArmSpec
 from specmon.panes import PANES
 from specmon.bounds import _short
+from specmon.bounds import MIN_INTERVAL_S
 from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, PlanError, RampPlan, plan_from
 from specmon.urls import normalize_url
 
@@ -283,7 +284,7 @@ class Layout(_Strict):
     description: Optional[str] = None
     command: Optional[list[str]] = None
     startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    interval_s: float = Field(default=1.0, gt=0, le=MAX_INTERVAL_S, allow_inf_nan=False)
+    interval_s: float = Field(default=1.0, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, allow_inf_nan=False)
     arms: list[ArmLayout]
     ramp: Optional[RampPlan] = None
     panes: Optional[list[str]] = None
