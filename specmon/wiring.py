@@ -331,9 +331,10 @@ def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
 
 def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval: Optional[float], title: str,
                metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
-               gateway_key_env: Optional[str] = None) -> int:
+               gateway_key_env: Optional[str] = None, intro: Optional[str] = None) -> int:
     """Start the layout's servers, ramp them if it has a ramp, watch, record; stop every launched
-    server at the end, whatever happened. With metrics_port, the exporter listens first."""
+    server at the end, whatever happened. With metrics_port, the exporter listens first. `intro`
+    (the demo's length and how to leave) goes to stderr once every input check has passed."""
     from specmon.servers.launch import Supervisor
     from specmon.session.folder import default_out_dir
 
@@ -342,6 +343,8 @@ def run_layout(layout: "Layout", *, out: Optional[str], headless: bool, interval
     consumers = start_metrics(metrics_port, metrics_host)
     out_dir = Path(out) if out else default_out_dir()
     supervisor = Supervisor(layout, out_dir, gateway_key_env=gateway_key_var(gateway_key_env))
+    if intro:
+        print(intro, file=sys.stderr, flush=True)
     try:
         return _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval, title, consumers)
     finally:

@@ -34,8 +34,8 @@ def run(args) -> int:
     apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                     slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
                     is_sim=lambda arm: is_sim_command(layout.server_command(arm)))
-    print(demo_intro(layout, headless=args.headless), file=sys.stderr, flush=True)
     return run_layout(layout, out=args.out, headless=args.headless, interval=None,
+                      intro=demo_intro(layout, headless=args.headless),
                       title="specmon demo --fleet" if fleet else "specmon demo --prefix" if prefix else "specmon demo",
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host)
 
