@@ -203,8 +203,8 @@ def build(tp: Any, v: Any) -> Any:
 # reader never depends on a long chain), and otherwise as its changes from the tick before it:
 #   {"type":"SamplesTick","ts":T,"d":PATCH}
 # PATCH mirrors the tick's JSON: for an object, {key: PATCH} for the keys that changed; for a
-# list, {"<index>": PATCH, "n": new length when it changed}; a replaced value is [value] and a
-# removed key []. A sample whose ts is the tick's own carries no ts. The writer starts each run
+# list, {"<index>": PATCH, "n": new length when it changed, or "#": each item's place in the list
+# before, -1 for a new one, when items moved}; a replaced value is [value] and a removed key []. A sample whose ts is the tick's own carries no ts. The writer starts each run
 # with a {"type":"EventLog","format":2} line, which resets the reader; a log without one
 # (format 1, written before) has every tick in full, and is read the same way.
 
@@ -236,9 +236,15 @@ def _diff(a: Any, b: Any) -> Any:
                 out[k] = []
         return out or _SAME
     if ta is list and tb is list:
-        out = {} if len(a) == len(b) else {"n": len(b)}
+        refs = _list_refs(a, b)
+        if refs is None:  # by position: item i is item i's change, items past the old end new
+            out = {} if len(a) == len(b) else {"n": len(b)}
+            base = a
+        else:  # items found by their key wherever they moved ("#": each new item's old place, -1 new)
+            out = {"#": refs}
+            base = [a[j] if j >= 0 else _GONE for j in refs]
         for i, v in enumerate(b):
-            d = _diff(a[i], v) if i < len(a) else [v]
+            d = _diff(base[i], v) if i < len(base) and base[i] is not _GONE else [v]
             if d is not _SAME:
                 out[str(i)] = d
         return out or _SAME
@@ -246,6 +252,35 @@ def _diff(a: Any, b: Any) -> Any:
     if ta is tb and a == b:
         return _SAME
     return [b]
+
+
+# What names an item of a list of objects (a sample's arm, a card's arm and index, a worker's
+# url, a rank): a fleet's lists lose and regain items from tick to tick (a late scrape, a card
+# read every few ticks), and by position every item after a gap would be written again.
+_ITEM_KEYS = ("arm", "index", "url", "worker", "dp_rank")
+
+
+def _item_key(x: Any) -> Optional[tuple]:
+    if type(x) is not dict:
+        return None
+    key = tuple(x.get(k) for k in _ITEM_KEYS)
+    return key if any(v is not None for v in key) else None
+
+
+def _list_refs(a: list, b: list) -> Optional[list[int]]:
+    """Each item of b's place in a (-1: new), when every item of both has its own key and some
+    item moved; None to diff by position."""
+    if not a or not b:
+        return None
+    ka = [_item_key(x) for x in a]
+    kb = [_item_key(x) for x in b]
+    if None in ka or None in kb or len(set(ka)) < len(ka) or len(set(kb)) < len(kb):
+        return None
+    where = {k: i for i, k in enumerate(ka)}
+    refs = [where.get(k, -1) for k in kb]
+    if refs == list(range(len(b))):
+        return None  # the same items in the same places, maybe with more at the end
+    return refs
 
 
 def _patch(a: Any, p: Any) -> Any:
@@ -265,17 +300,27 @@ def _patch(a: Any, p: Any) -> Any:
                 out[k] = v
         return out
     if type(a) is list:
-        n = p.get("n", len(a))
-        if type(n) is not int or n < 0:
-            raise EventDecodeError("a list's new length is a number")
-        lst = list(a[:n]) + [None] * (n - len(a))
+        if "#" in p:
+            refs = p["#"]
+            if type(refs) is not list or any(type(j) is not int or not -1 <= j < len(a) for j in refs):
+                raise EventDecodeError("a list's '#' names places in the list before")
+            lst = [a[j] if j >= 0 else None for j in refs]
+        else:
+            n = p.get("n", len(a))
+            if type(n) is not int or n < 0:
+                raise EventDecodeError("a list's new length is a number")
+            lst = list(a[:n]) + [None] * (n - len(a))
+        base = list(lst)
         for k, d in p.items():
-            if k == "n":
+            if k in ("n", "#"):
                 continue
-            i = int(k)
-            if not 0 <= i < n:
-                raise EventDecodeError(f"a change to item {i} of a list of {n}")
-            lst[i] = _patch(a[i] if i < len(a) else None, d)
+            try:
+                i = int(k)
+            except ValueError:
+                raise EventDecodeError(f"a list's change names item {k!r}") from None
+            if not 0 <= i < len(lst):
+                raise EventDecodeError(f"a change to item {i} of a list of {len(lst)}")
+            lst[i] = _patch(base[i], d)
         return lst
     raise EventDecodeError("a change to a value that is neither an object nor a list")
 
