@@ -18,6 +18,14 @@ LIMIT_WORDS = {"kv_pool": "KV pool", "request_cap": "request cap", "token_budget
 class OperatingCurvePane(ArmPane):
     LABEL = "Curve"
 
+    # Drawn only once the arm has an observed curve (the first comes ~5 s into a session): a
+    # replayed folder recorded without one keeps the panel it always had.
+    def height(self, width: int) -> int:
+        return 0 if self.arm.observed is None else super().height(width)
+
+    def lines(self, width: int) -> list[Text]:
+        return [] if self.arm.observed is None else super().lines(width)
+
     def value(self) -> Text:
         k = self.arm.observed
         if k is None:
@@ -46,7 +54,7 @@ class OperatingCurvePane(ArmPane):
         drawn in the warning style (the knee also as the glyph row's '┆' when there is room)."""
         k = self.arm.observed
         if k is None or not k.curve or width <= 0:
-            return []
+            return [text(" " * max(width, 0), self.st("dim")) for _ in range(height)]  # the rows it takes
         points = k.curve
         per = max(1, width // len(points))
         values: list[Optional[float]] = []
