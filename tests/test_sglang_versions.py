@@ -20,7 +20,7 @@ from specmon.model import ArmSpec
 from specmon.sources import logparse as lp
 from specmon.sources import sglang_names as names
 from specmon.sources.prom import MetricsSnapshot
-from specmon.sources.serverinfo import arm_info_from_server_info, parse_loads
+from specmon.sources.serverinfo import arm_info_from_server_info, parse_loads, parse_loads_ranks
 from specmon.sources.sglang import USED_METRICS, ArmCollector
 
 DATA = Path(__file__).parent / "data" / "sglang-versions"
@@ -170,6 +170,8 @@ def test_v1_loads_under_load(release):
     assert (got.running, got.waiting, got.used_tokens, got.capacity_tokens, got.token_usage) == (
         e["num_running_reqs"], e["num_waiting_reqs"], e["num_used_tokens"], e["max_total_num_tokens"], e["token_usage"])
     assert got.running and got.waiting and got.used_tokens and got.capacity_tokens and got.token_usage
+    # one entry (0.5.23 names it dp_rank 0): a server without DP ranks, no per-rank rows
+    assert len(d["loads"]) == 1 and parse_loads_ranks(d) == []
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -181,7 +181,8 @@ def parse_loads(d: Any) -> Optional[LoadsReading]:
 
 def parse_loads_ranks(d: Any) -> list[RankReading]:
     """One RankReading per entry of /v1/loads that names its dp_rank (a server with DP ranks
-    lists one per rank); [] for a server without DP ranks, or a value that holds no such entry."""
+    lists one per rank); [] for a server without DP ranks (one entry), or a value that holds no
+    such entry."""
     loads = d.get("loads") if isinstance(d, dict) else None
     if not isinstance(loads, list):
         return []
@@ -196,4 +197,6 @@ def parse_loads_ranks(d: Any) -> list[RankReading]:
         out[k] = RankReading(dp_rank=k, running_reqs=_count(e.get("num_running_reqs")),
                              queued_reqs=_count(e.get("num_waiting_reqs")), kv_used_tokens=used,
                              kv_capacity_tokens=cap, kv_usage=kv_usage_of(_rate(e.get("token_usage")), used, cap))
-    return [out[k] for k in sorted(out)]
+    # 0.5.23 writes dp_rank 0 in the one entry of a server without DP ranks: one rank is no
+    # ranks (as /metrics, whose series carry no dp_rank there), never a second row per tick.
+    return [out[k] for k in sorted(out)] if len(out) > 1 else []
