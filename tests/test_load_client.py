@@ -470,3 +470,47 @@ def test_a_new_connection_the_server_closes_before_the_request_is_written_fails_
     assert o.status == "error" and o.error.startswith("RemoteProtocolError"), o.error
     assert o.no_answer in ("connection reset", "connection closed before any answer") and o.http_status is None
     assert took < 10
+
+
+def test_flush_cache_goes_to_the_server_never_through_a_proxy_from_the_environment(monkeypatch):
+    import socket
+    import threading
+
+    # A "proxy" on loopback that records every connection it gets and answers 502.
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(8)
+    got: list[bytes] = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = proxy.accept()
+            except OSError:
+                return
+            with c:
+                got.append(c.recv(65536))
+                c.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy_url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    monkeypatch.setenv("SPECMON_TEST_KEY", "sk-never-to-a-proxy")
+    try:
+        with start_sim("--api-key", "sk-never-to-a-proxy") as sim:
+            # the proxy only now: the sim's own start-up check must not go through it
+            for var in ("NO_PROXY", "no_proxy"):
+                monkeypatch.delenv(var, raising=False)
+            for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+                monkeypatch.setenv(var, proxy_url)
+
+            async def main():
+                c = GenerateClient(sim.url, max_concurrency=1, api_key_env="SPECMON_TEST_KEY")
+                try:
+                    return await c.flush_cache(timeout_s=5)
+                finally:
+                    await c.aclose()
+
+            assert asyncio.run(main()) is None  # the server flushed
+    finally:
+        proxy.close()
+    assert got == []  # nothing, and so no key, reached the proxy

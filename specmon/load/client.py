@@ -992,8 +992,12 @@ class GenerateClient:
         import httpx
 
         if self._client is None:
+            # trust_env=False: straight to the server as the streams go, never through HTTP_PROXY
+            # from the environment (a proxy cannot reach a loopback server, and the bearer key
+            # must never reach a proxy).
             self._client = httpx.AsyncClient(base_url=self.url, headers=self._headers, verify=self._ssl or False,
-                                             timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s))
+                                             timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+                                             trust_env=False)
         try:
             r = await self._client.post("/flush_cache", params={"timeout": timeout_s}, timeout=timeout_s + 10)
         except httpx.HTTPError as e:
