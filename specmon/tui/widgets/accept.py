@@ -1,6 +1,10 @@
-"""Speculative acceptance length of one arm; "no speculation" when the server runs none (never 0)."""
+"""Speculative acceptance of one arm: the live gauge (SGLang's last decode window) and, under it, the
+newest ramp level's exact figures from its requests' own counts; "no speculation" when the server
+runs none (never 0)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 from rich.text import Text
 
@@ -17,10 +21,29 @@ class AcceptPane(ArmPane):
         s = arm.last
         if s is None or s.accept_length is None:
             return self.unknown()
+        # The gauge is SGLang's figure for its last decode log window only, not for a level or
+        # the session: say so wherever it is the source.
         return self.join(
             assemble((f"{s.accept_length:.2f}", self.st("value")), (" tok/step", self.st("unit"))),
             None if s.accept_rate is None else assemble(
                 ("rate ", self.st("unit")), (f"{s.accept_rate * 100:.0f}%", self.st("value"))),
+            text("last decode window", self.st("dim")),
+        )
+
+    def note(self) -> Optional[Text]:
+        """The newest level's exact acceptance, from its requests' own counts (accept length,
+        accepted / proposed drafts, the accepted-drafts-per-step histogram); no line until a
+        level carries them."""
+        lv = next((r for r in reversed(self.arm.levels) if r.accept_rate is not None), None)
+        if lv is None:
+            return None
+        hist = " ".join((lv.accept_hist or "").split(";"))
+        return self.join(
+            text(f"{lv.label} exact", self.st("unit")),
+            None if lv.accept_length is None or lv.accept_length_source != "requests" else assemble(
+                (f"{lv.accept_length:.2f}", self.st("value")), (" tok/step", self.st("unit"))),
+            assemble(("rate ", self.st("unit")), (f"{lv.accept_rate * 100:.0f}%", self.st("value"))),
+            text(hist, self.st("dim")) if hist else None,
         )
 
     def chart(self, width: int, height: int) -> list[Text]:
