@@ -23,6 +23,7 @@ from textual.worker import Worker
 
 from specmon.model import Event
 from specmon.session.folder import public_url
+from specmon.urls import without_credentials
 from specmon.session.source import SessionSource, fewer_young_collections
 from specmon.tui import messages as msg
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
@@ -78,7 +79,8 @@ class SpecmonApp(App[str]):
     def __init__(self, live: SessionSource, title: str = "specmon", *, autostart: bool = True) -> None:
         super().__init__()
         self.live = live
-        self.title = title
+        # the command line's URLs as typed: a user:password in one is never shown
+        self.title = without_credentials(title)
         self.state = SessionState([(a.name, public_url(a.url)) for a in live.arms])
         self.autostart = autostart
         self.display_paused = False

@@ -256,8 +256,9 @@ def build_app(st: SimState) -> Starlette:
                                  t_now=st.clock.now(), sglang_version=getattr(st, "sglang_version", "0.5.10"))
 
     def spec_details(r: SimRequest, body: dict) -> Optional[dict]:
-        # 0.5.23's per-request speculative counts on the OpenAI endpoints, only when asked for.
-        if not (st.spec and body.get("return_spec_tokens_details") is True):
+        # 0.5.23's per-request speculative counts on the OpenAI endpoints, only when asked for
+        # (0.5.10 has no such field and ignores it).
+        if not (st.spec and getattr(st, "new_shapes", True) and body.get("return_spec_tokens_details") is True):
             return None
         return formats.spec_tokens_details(r, r.output_len, st.num_draft_tokens)
 
