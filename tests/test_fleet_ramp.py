@@ -35,8 +35,10 @@ def fleet_ramp(tmp_path_factory):
     with start_sim(*flags, "--max-total-tokens", "5000", speed=20) as small, \
          start_sim(*flags, "--max-total-tokens", "20000", speed=20) as medium, \
          start_sim(*flags, speed=20) as large:
+        # smg 1.x leaves a worker past 80% KV or 8 queued out of routing by default: off, so round
+        # robin sends the small worker its third and it saturates first, as the test means
         with start_gateway("--worker-urls", small.url, medium.url, large.url, "--policy", "round_robin",
-                           workers=3) as gw:
+                           "--disable-worker-overload-protection", workers=3) as gw:
             t0 = time.monotonic()
             proc = subprocess.run(
                 [sys.executable, "-m", "specmon", "ramp", gw.url, "--levels", ",".join(map(str, LEVELS)),
