@@ -47,6 +47,7 @@ SLOW: dict[str, "set[str] | None"] = {
     },
     "test_ramp_faults.py": ALL,
     "test_ramp_pause.py": ALL,
+    "test_ramp_knee_last_level.py": ALL,
     "test_ramp_refusals.py": {"test_a_server_failing_every_request_is_backed_off_and_exits_3"},
     "test_ramp_warm_cache.py": ALL,
     "test_cli_exit_codes.py": {"test_a_signal_is_not_exit_0"},
