@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from simproc import REPO, LoggedProcess, free_port, stop_process
+from specmon.servers.launch import _pdeathsig_preexec
 
 SMG = shutil.which("smg") or str(Path(os.sys.executable).parent / "smg")
 
@@ -117,8 +119,11 @@ def start_gateway(*flags: str, workers: Optional[int] = None, timeout: float = 3
            *version_flags(), *flags]
     if admin_key:
         cmd += ["--control-plane-api-keys", f"specmon-test:specmon tests:admin:{admin_key}"]
+    # its own session (the whole group is stopped), and the kernel TERMs it if the test process
+    # dies without stopping it (kill -9 of pytest; KILL: smg drains for up to 180 s on TERM, and the
+    # router has no children of its own): no router is left behind either way
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
-                            env=safe_env(), start_new_session=True)
+                            env=safe_env(), start_new_session=True, preexec_fn=_pdeathsig_preexec(signal.SIGKILL))
     fh.close()
     gw = Gateway(url=f"http://127.0.0.1:{port}", metrics_url=f"http://127.0.0.1:{mport}/metrics", proc=proc,
                  log_path=log_path, admin_key=admin_key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -570,3 +571,24 @@ def test_an_admin_key_gateway_read_with_gateway_key_env_and_worker_figures_from_
                     assert key.encode() not in f.read_bytes(), f
             rows = csv_rows(out / "samples.csv")
             assert {r["arm"] for r in rows if r["arm"]} >= {nb}
+
+
+def test_the_tests_gateway_dies_with_the_process_that_started_it(tmp_path):
+    """gatewayproc's router is in a session of its own (its group is what a test stops): a test
+    process killed with -9 takes it down all the same (the parent-death signal)."""
+    import psutil
+
+    script = tmp_path / "hold.py"
+    script.write_text("import sys, time\nsys.path.insert(0, sys.argv[1])\nfrom gatewayproc import start_gateway\n"
+                      "with start_gateway() as gw:\n    print(gw.proc.pid, flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, str(script), str(REPO / "tests")], cwd=str(REPO),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        router = psutil.Process(int(holder.stdout.readline()))
+        assert router.is_running() and router.status() != psutil.STATUS_ZOMBIE
+        assert os.getsid(router.pid) == router.pid != os.getsid(holder.pid)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    wait_for(lambda: not router.is_running() or router.status() == psutil.STATUS_ZOMBIE, 10,
+             what="the router gone after kill -9 of the process that started it")
