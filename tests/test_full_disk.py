@@ -48,3 +48,20 @@ def test_a_full_disk_stops_the_session_cleanly_without_torn_rows(tmp_path):
     for line in lines:
         json.loads(line)  # every event line whole
     assert len(lines) > 10
+
+
+@pytest.mark.skipif(not mount_ns_available(), reason="unshare -rm with a tmpfs mount is not allowed here")
+@pytest.mark.parametrize("command", [["attach", "http://127.0.0.1:9", "--headless", "--duration", "2"],
+                                     ["ramp", "http://127.0.0.1:9", "--levels", "2", "--headless"]])
+def test_a_disk_already_full_at_start_is_one_line_and_exit_2(tmp_path, command):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    # fill the 8k disk (head stops when it is full), then start specmon recording onto it
+    script = (f"mount -t tmpfs -o size=8k tmpfs {disk} && (head -c 65536 /dev/zero > {disk}/fill 2>/dev/null; true) && "
+              f"{sys.executable} -m specmon {' '.join(command)} --out {disk}/s; echo rc=$?")
+    p = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=str(REPO), capture_output=True, text=True,
+                       timeout=120)
+    assert "rc=2" in p.stdout, p.stdout + p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--out {disk}/s" in lines[0] and "No space left" in lines[0], p.stderr[-3000:]

@@ -298,6 +298,13 @@ class SessionWriter:
     """Called with every event of a session, in order; writes the folder (table above)."""
 
     def __init__(self, out_dir: Path):
+        try:
+            self._start(out_dir)
+        except (RecordingError, OSError) as e:  # a disk already full: one line, before any work
+            words = str(e) if isinstance(e, RecordingError) else f"cannot write ({e.strerror or e})"
+            raise UsageError(f"--out {out_dir}: {words}; free some space or give another folder") from None
+
+    def _start(self, out_dir: Path) -> None:
         self.out_dir = Path(out_dir)
         check_writable(self.out_dir)
         self._lock = threading.RLock()  # the supervisor's log readers emit from their threads
