@@ -226,3 +226,10 @@ def test_a_pane_value_keeps_its_figures_whole():
     assert whole_parts(v, 40).plain == v.plain
     assert whole_parts(v, 20).plain == "██▏  21.7%"
     assert whole_parts(Text("19.6K/175K"), 6).plain == "19.6K…"
+
+
+def test_log_lines_drop_the_date_of_their_stamp():
+    from specmon.tui.widgets.log_pane import shown
+    assert shown("[2026-12-05 11:46:14] Decode batch, #running-req: 1") == "11:46:14 Decode batch, #running-req: 1"
+    assert shown("[2026-12-05 11:46:14 TP0] Prefill batch") == "11:46:14 TP0 Prefill batch"
+    assert shown("----- specmon: pid 1") == "----- specmon: pid 1"  # no stamp: as written

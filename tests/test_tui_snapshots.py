@@ -36,3 +36,28 @@ async def _replayed_then_r(pilot) -> None:
 def test_ramp_view_snapshot_at_80x24(snap_compare, monkeypatch):
     monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", "session_demo_2arm")
     assert snap_compare(str(APP), terminal_size=(80, 24), run_before=_replayed_then_r)
+
+
+def _then(*keys: str):
+    async def run(pilot) -> None:
+        await _replayed(pilot)
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.2)
+        await pilot.pause()
+    return run
+
+
+# Every view at both sizes, the newest level in view: the detail view (d), the servers' logs (l),
+# the ramp in place of the arms (r), the help (?), every knee (k); the fleet table of seven workers.
+@pytest.mark.parametrize("keys", ["d", "l", "r", "question_mark", "k"])
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_view_snapshot(snap_compare, monkeypatch, keys, size):
+    monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", "session_demo_2arm")
+    assert snap_compare(str(APP), terminal_size=size, run_before=_then(keys))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_fleet_table_snapshot(snap_compare, monkeypatch, size):
+    monkeypatch.setenv("SPECMON_SNAPSHOT_SESSION", "session_gateway_fleet")
+    assert snap_compare(str(APP), terminal_size=size, run_before=_replayed)

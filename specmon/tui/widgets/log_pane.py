@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 from textual.widgets import Log
 
 from specmon.tui.chart import arm_glyph
 from specmon.tui.state import SessionState
+
+
+# SGLang's stamp, '[2026-12-05 11:46:14] ' or '[2026-12-05 11:46:14 TP0] ': the date (the same
+# all day) is left out on screen, so that a 40-column pane shows the line, not its stamp. The
+# file in the session folder keeps every line as the server wrote it.
+STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)(?:[.,]\d+)?( [^\]]*)?\] ")
+
+
+def shown(line: str) -> str:
+    return STAMP.sub(lambda m: m.group(1) + (m.group(2) or "") + " ", line, count=1)
 
 
 class LogPane(Log):
@@ -48,7 +60,7 @@ class LogPane(Log):
             new = arm.log_total - self.shown_total
             lines = list(arm.logs)[-new:] if new > 0 else []
             self.shown_total = arm.log_total
-        lines = [x for x in lines if self._matches(x)]
+        lines = [shown(x) for x in lines if self._matches(x)]
         if lines:
             self.write_lines(lines, scroll_end=False)
             self._to_end()
@@ -59,7 +71,7 @@ class LogPane(Log):
         self.shown_total = 0
         with self.session.lock:
             arm = self.session.arm(self.arm_name)
-            lines = [x for x in arm.logs if self._matches(x)]
+            lines = [shown(x) for x in arm.logs if self._matches(x)]
             self.shown_total = arm.log_total
         self.write_lines(lines, scroll_end=False)
         self.follow = True
