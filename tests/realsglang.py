@@ -34,6 +34,15 @@ TINY_MODEL = REAL_DIR / "tiny-llama"
 SGLANG_PYTHON = SGLANG_VENV / "bin" / "python"
 
 
+def sglang_version() -> str:
+    """sglang.__version__ of the venv, read from its files (no import: that takes seconds)."""
+    for meta in sorted((SGLANG_VENV / "lib").glob("python3*/site-packages/sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("Version: "):
+                return line.split(" ", 1)[1].strip()
+    return ""
+
+
 def missing() -> str | None:
     """Why the real tier cannot run here, or None when it can."""
     if not SERVE_SH.exists():

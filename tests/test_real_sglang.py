@@ -1,4 +1,5 @@
-"""specmon against a real SGLang 0.5.10.post1 server (CPU engine, tiny random-weight model).
+"""specmon against a real SGLang server, 0.5.23 (CPU engine, tiny random-weight model; .ci/run also runs
+the attach test on 0.5.10.post1).
 
 One server per module (each start costs 15-40 s of a 2-core machine): `real` runs with
 --enable-metrics (as serve.sh does) and --decode-log-interval 20; `real_nometrics` (one test,
@@ -65,15 +66,18 @@ def real_nometrics(tmp_path):
 # ---- the test's own reading of /metrics (not specmon's parser) -------------------------------
 
 _GAUGES = ("num_running_reqs", "num_queue_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage",
-           "gen_throughput", "num_requests_total", "spec_accept_length", "new_token_ratio")
+           "gen_throughput", "num_requests_total", "spec_accept_length", "new_token_ratio",
+           "kv_available_tokens", "kv_evictable_tokens", "num_retracted_reqs")
 
 
 def gauges(text: str) -> dict[str, float]:
+    """Each name's value, summed over its series: one rank here, so several series of a name are
+    its parts (0.5.23 splits request counters by is_streaming)."""
     out = {}
     for name in _GAUGES:
-        m = re.search(r"^sglang:" + name + r"(?:\{([^}]*)\})? (\S+)$", text, re.M)
-        if m:
-            out[name] = float(m.group(2))
+        found = re.findall(r"^sglang:" + name + r"(?:\{[^}]*\})? (\S+)$", text, re.M)
+        if found:
+            out[name] = math.fsum(float(v) for v in found)
     return out
 
 
@@ -117,6 +121,10 @@ async def background_load(url: str, concurrency: int, stop: asyncio.Event, isl: 
     return done
 
 
+def _opt_int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
 def check_equal(s: Sample, g: dict[str, float]) -> list[str]:
     """Differences between specmon's Sample and SGLang's gauges at the same moment."""
     want = {
@@ -124,6 +132,10 @@ def check_equal(s: Sample, g: dict[str, float]) -> list[str]:
         "kv_used_tokens": int(g["num_used_tokens"]), "kv_capacity_tokens": int(g["max_total_num_tokens"]),
         "kv_usage": g["token_usage"], "gen_tok_s_gauge": g["gen_throughput"],
         "requests_finished_total": g.get("num_requests_total"),
+        # 0.5.23's KV split (absent from 0.5.10: None on both sides), retracted requests
+        "kv_available_tokens": _opt_int(g.get("kv_available_tokens")),
+        "kv_evictable_tokens": _opt_int(g.get("kv_evictable_tokens")),
+        "retracted_reqs": _opt_int(g.get("num_retracted_reqs")),
         "accept_length": None, "spec_enabled": False, "source": "metrics", "state": "up",
     }
     return [f"{k}: specmon {getattr(s, k)!r} != sglang {v!r}" for k, v in want.items() if getattr(s, k) != v]
@@ -134,7 +146,8 @@ def csv_row_matches(path: Path, s: Sample) -> list[str]:
     row = min(rows, key=lambda r: abs(float(r["ts"]) - s.ts))
     bad = []
     for k in ("running_reqs", "queued_reqs", "kv_used_tokens", "kv_capacity_tokens", "kv_usage",
-              "gen_tok_s_gauge", "requests_finished_total", "accept_length", "spec_enabled", "source"):
+              "gen_tok_s_gauge", "requests_finished_total", "accept_length", "spec_enabled", "source",
+              "kv_available_tokens", "kv_evictable_tokens", "retracted_reqs"):
         v = getattr(s, k)
         text = row[k]
         if v is None:
@@ -161,6 +174,7 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
     judged = {"idle": 0, "loaded": 0}
     log_checked = 0
     problems: list[str] = []
+    busy: list = []
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             async def round_(phase: str) -> None:
@@ -172,6 +186,8 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
                 l1 = last_stats_line(real.log_text())
                 s = tick.samples[0]
                 assert s.up and s.source == "metrics", (s.state, s.reason)
+                if phase == "loaded":
+                    busy.append(s.scheduler_busy_share)
                 if a != b:
                     return  # a scheduler report landed during the tick: nothing to judge
                 judged[phase] += 1
@@ -197,6 +213,11 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
     assert not problems, problems
     assert judged["idle"] >= 2 and judged["loaded"] >= 4, judged
     assert log_checked >= 2, "too few quiet moments to compare the log with /metrics"
+    # 0.5.23's scheduler idle counter gives a busy share once the window has two scrapes; 0.5.10 has none
+    if rs.sglang_version().startswith("0.5.10"):
+        assert busy and all(b is None for b in busy)
+    else:
+        assert [b for b in busy if b is not None] and all(0 <= b <= 1 for b in busy if b is not None), busy
 
 
 def log_agrees(line: str, g: dict[str, float]) -> list[str]:
@@ -350,8 +371,8 @@ def server_sums(url: str) -> dict[str, float]:
     out = {}
     for key in ("time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
                 "e2e_request_latency_seconds_sum", "e2e_request_latency_seconds_count", "generation_tokens_total"):
-        m = re.search(r"^sglang:" + key + r"\{[^}]*\} (\S+)$", text, re.M)
-        out[key] = float(m.group(1)) if m else 0.0
+        # every series of the key: 0.5.23 writes a streamed and a non-streamed part
+        out[key] = math.fsum(float(v) for v in re.findall(r"^sglang:" + key + r"\{[^}]*\} (\S+)$", text, re.M))
     for mode in ("prefill_compute", "prefill_cache"):
         m = re.search(r'^sglang:realtime_tokens_total\{[^}]*mode="' + mode + r'"[^}]*\} (\S+)$', text, re.M)
         out[mode] = float(m.group(1)) if m else 0.0
