@@ -208,3 +208,27 @@ def test_a_counter_per_dp_rank_is_a_rate_of_every_rank_together():
     assert w.rate("realtime_tokens_total", time_scale=10.0, mode="decode") == pytest.approx(5.0)
     assert snap(0.0, 1, 2).dp_total("realtime_tokens_total", mode="decode") == 3.0
     assert snap(0.0, 1, 2).value("realtime_tokens_total", mode="decode") == 1.0  # a gauge's reading stays rank 0's
+
+
+def test_parts_split_by_is_streaming_add_up_and_rank_copies_do_not():
+    """0.5.23 cuts request series by is_streaming (and tags engine_type): a figure is its parts'
+    sum; a tp_rank copy is still not added; parts with other buckets are no histogram."""
+    body = (
+        'sglang:num_requests_total{engine_type="unified",is_streaming="true"} 6\n'
+        'sglang:num_requests_total{engine_type="unified",is_streaming="false"} 2\n'
+        'sglang:num_running_reqs{engine_type="unified",tp_rank="0"} 3\n'
+        'sglang:num_running_reqs{engine_type="unified",tp_rank="1"} 3\n'
+        + "".join(f'sglang:ttft_seconds_bucket{{is_streaming="{p}",le="{le}"}} {n}\n'
+                  for p, counts in (("true", (1, 4, 4)), ("false", (0, 1, 2))) for le, n in zip(("0.1", "1", "+Inf"), counts))
+        + 'sglang:ttft_seconds_sum{is_streaming="true"} 1.5\nsglang:ttft_seconds_sum{is_streaming="false"} 2.5\n'
+        'sglang:ttft_seconds_count{is_streaming="true"} 4\nsglang:ttft_seconds_count{is_streaming="false"} 2\n'
+        'sglang:odd_bucket{is_streaming="true",le="1"} 1\nsglang:odd_bucket{is_streaming="true",le="+Inf"} 1\n'
+        'sglang:odd_bucket{is_streaming="false",le="2"} 1\nsglang:odd_bucket{is_streaming="false",le="+Inf"} 1\n'
+    )
+    snap = MetricsSnapshot.parse(body, ts=0.0)
+    assert snap.value("num_requests_total") == 8
+    assert snap.value("num_requests_total", is_streaming="false") == 2
+    assert snap.value("num_running_reqs") == 3
+    h = snap.histogram("ttft_seconds")
+    assert h.buckets == ((0.1, 1.0), (1.0, 5.0), (math.inf, 6.0)) and (h.sum, h.count) == (4.0, 6.0)
+    assert snap.histogram("odd") is None
