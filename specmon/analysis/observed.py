@@ -35,6 +35,7 @@ MIN_RUNNING = 4  # traffic that never ran more than 3 at once says nothing about
 PLATEAU_THETA = 0.15
 QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its seconds,
 QUEUE_TTFT_SHARE = 0.5  # or when queue time is at least half of TTFT (the ramp's queueing rule)
+QUEUE_RISE = 2.0  # ... and at least twice the queue time of the lightest load
 KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
 MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
 CONFIDENCE_S = ((300.0, "high"), (60.0, "medium"), (0.0, "low"))
@@ -235,26 +236,37 @@ def _plateau(points: list[CurvePoint]) -> Optional[int]:
     return plateau
 
 
-def _queues(p: CurvePoint) -> bool:
+def _queues(p: CurvePoint, base_queue_s: float) -> bool:
     """Requests wait in this bin: one waited in most of its seconds, or queue time is most of TTFT
-    (a server whose prefill keeps up only in bursts shows the second before the first)."""
-    share = p.queue_s / p.ttft_s if p.queue_s is not None and p.ttft_s else 0.0
-    return (p.queued_share or 0) >= QUEUED_SHARE or share >= QUEUE_TTFT_SHARE
+    and has risen above the lightest load's (a server whose prefill keeps up only in bursts shows
+    this before the first; a scheduler's few-millisecond admission wait is not queueing)."""
+    if (p.queued_share or 0) >= QUEUED_SHARE:
+        return True
+    if p.queue_s is None or not p.ttft_s:
+        return False
+    return p.queue_s / p.ttft_s >= QUEUE_TTFT_SHARE and p.queue_s > QUEUE_RISE * base_queue_s
 
 
 def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
-    queues = [p for p in points if p.running > 0 and _queues(p)]
-    if not queues:
-        return None
-    onset = queues[0].running
-    # sustained: every bin above the onset with evidence queues as well (a burst that came and
-    # went at a low running count is not an onset)
-    for p in points:
-        if p.running > onset and not _queues(p):
-            later = [q for q in queues if q.running > p.running]
-            if not later:
-                return None
-            onset = later[0].running
+    """The running count that best splits the curve into bins that do not queue (below) and bins
+    that do (at and above), by seconds of evidence on the wrong side; None when no split beats
+    "nothing queues". A burst that came and went at a low count, or a low count passed through
+    while the histograms' window still holds an earlier load's queueing, costs only its seconds."""
+    pts = [p for p in points if p.running > 0]
+    light = sorted(p.queue_s for p in pts[:3] if p.queue_s is not None)
+    base = light[len(light) // 2] if light else 0.0  # the lightest load's queue time (median of 3)
+    flags = [_queues(p, base) for p in pts]
+    # wrong seconds with the onset at pts[i]: queueing bins below + non-queueing bins at and above
+    wrong_above = sum(p.evidence_s for p, q in zip(pts, flags) if not q)
+    wrong_below = 0.0
+    best, onset = sum(p.evidence_s for p, q in zip(pts, flags) if q), None  # "nothing queues"
+    for p, q in zip(pts, flags):
+        if q and wrong_below + wrong_above < best:
+            best, onset = wrong_below + wrong_above, p.running
+        if q:
+            wrong_below += p.evidence_s
+        else:
+            wrong_above -= p.evidence_s
     return onset
 
 
