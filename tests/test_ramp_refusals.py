@@ -5,6 +5,8 @@ measured). Real HTTP servers on 127.0.0.1."""
 import http.server
 import threading
 
+import pytest
+
 from test_ramp_faults import RefusingServer, ramp_cli
 
 
@@ -29,13 +31,14 @@ class _PlainHandler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
 
 
-def test_ramp_refuses_a_plain_http_server_before_any_load(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--no-discover"]], ids=["discover", "no-discover"])
+def test_ramp_refuses_a_plain_http_server_before_any_load(tmp_path, extra):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PlainHandler)
     srv.seen = []
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
-        p, _ = ramp_cli(tmp_path / "s", url, "--levels", "2", "--level-duration", "3", timeout=60)
+        p, _ = ramp_cli(tmp_path / "s", url, "--levels", "2", "--level-duration", "3", *extra, timeout=60)
     finally:
         srv.shutdown()
         srv.server_close()

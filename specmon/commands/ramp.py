@@ -81,6 +81,24 @@ def plan_and_trace(args) -> tuple[RampPlan, Optional["Trace"]]:
     return plan, trace
 
 
+def _refuse_what_is_not_sglang(arms) -> None:
+    """--no-discover: every URL is one server; still, one that answers as neither SGLang nor a
+    gateway (any other web server) is exit 2 before any load, as without it (GETs only)."""
+    import asyncio
+    import os
+
+    from specmon.session.folder import public_url
+    from specmon.sources.gateway import probe
+
+    async def probe_all():
+        return await asyncio.gather(*(probe(a.url, api_key=os.environ.get(a.api_key_env) if a.api_key_env else None)
+                                      for a in arms))
+
+    for arm, p in zip(arms, asyncio.run(probe_all())):
+        if p.kind == "neither":
+            raise UsageError(f"{public_url(arm.url)}: neither an SGLang server nor a gateway ({p.reason})")
+
+
 def run(args) -> int:
     arms = arms_from_args(list(args.urls), list(args.name), args.api_key_env)
     plan, trace = plan_and_trace(args)
@@ -89,6 +107,8 @@ def run(args) -> int:
     # A gateway is loaded as one arm; its workers are the servers watched (GETs only). A URL that
     # answers as neither SGLang nor a gateway (any other web server) is exit 2 before any load:
     # its 404s are not a server to measure. One that does not answer yet stays (retried).
+    if getattr(args, "no_discover", False):
+        _refuse_what_is_not_sglang(arms)  # no gateway is looked for, but no load goes to a web page
     watched, fleets = gateway_fleets(arms, discover=not getattr(args, "no_discover", False),
                                      metrics_url=getattr(args, "gateway_metrics", None), strict=True,
                                      key_env=gateway_key_var(getattr(args, "gateway_key_env", None)))
