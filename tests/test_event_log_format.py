@@ -91,3 +91,23 @@ def test_a_format_1_log_replays_as_before_and_rewritten_as_format_2_gives_the_sa
     enc = codec.EventLogEncoder()
     (folder / EVENTS_FILE).write_text("".join(enc.encode(e) + "\n" for e in old))
     assert ReplaySource(folder, speed=1e9).events == ReplaySource(DATA / name, speed=1e9).events == old
+
+
+def test_a_worker_flipping_between_up_and_late_is_written_as_changes_from_its_own_kind_of_reading():
+    def tick(t: int) -> SamplesTick:
+        ts = 2000.0 + t
+        late = t % 2 == 1
+        samples = [Sample(ts=ts, arm="w0", up=True, running_reqs=3, kv_usage=0.25, kv_capacity_tokens=350000,
+                          gen_tok_s=100.0, ttft_p50_s=0.5, scrape_s=0.01 * (t % 3))]
+        if late:  # a scrape that did not answer in time: no figures, the reason
+            samples = [Sample(ts=ts, arm="w0", up=True, state="stale", reason="no answer yet")]
+        samples.append(Sample(ts=ts, arm="w1", up=True, running_reqs=0, scrape_s=0.02))
+        return SamplesTick(samples=samples, ts=ts)
+
+    events = [tick(t) for t in range(10)]
+    enc, dec = codec.EventLogEncoder(), codec.EventLogDecoder()
+    lines = [enc.encode(e) for e in events]
+    back = [e for line in "\n".join(lines).splitlines() if (e := dec.decode(line)) is not None]
+    assert back == events
+    # from the fourth tick on, a flip back writes only what changed since the last reading of its kind
+    assert all("kv_capacity_tokens" not in line and "no answer" not in line for line in lines[3:]), lines[3:]

@@ -220,13 +220,13 @@ _SAME = _Same()  # "no change" in a diff, distinct from any JSON value
 _GONE = _Same()  # a key the patch removes
 
 
-def _diff(a: Any, b: Any) -> Any:
+def _diff(a: Any, b: Any, mem: Optional[dict] = None) -> Any:
     ta, tb = type(a), type(b)
     if ta is dict and tb is dict:
         out: dict[str, Any] = {}
         for k, v in b.items():
             if k in a:
-                d = _diff(a[k], v)
+                d = _diff(a[k], v, mem)
                 if d is not _SAME:
                     out[k] = d
             else:
@@ -236,17 +236,20 @@ def _diff(a: Any, b: Any) -> Any:
                 out[k] = []
         return out or _SAME
     if ta is list and tb is list:
-        refs = _list_refs(a, b)
+        keys = _keys(a, b)
+        refs = None if keys is None else _refs(a, b, keys, mem)
         if refs is None:  # by position: item i is item i's change, items past the old end new
             out = {} if len(a) == len(b) else {"n": len(b)}
             base = a
-        else:  # items found by their key wherever they moved ("#": each new item's old place, -1 new)
+        else:  # items found by their key wherever they moved (_refs says how "#" reads)
             out = {"#": refs}
-            base = [a[j] if j >= 0 else _GONE for j in refs]
+            base = [_base(a, j, k, mem) for j, k in zip(refs, keys[1])]
         for i, v in enumerate(b):
-            d = _diff(base[i], v) if i < len(base) and base[i] is not _GONE else [v]
+            d = _diff(base[i], v, mem) if i < len(base) and base[i] is not _GONE else [v]
             if d is not _SAME:
                 out[str(i)] = d
+        if keys is not None:
+            _remember(a, b, keys, mem)
         return out or _SAME
     # Same type and value only: 1, 1.0 and True are equal in Python but not in the JSON read back.
     if ta is tb and a == b:
@@ -267,23 +270,58 @@ def _item_key(x: Any) -> Optional[tuple]:
     return key if any(v is not None for v in key) else None
 
 
-def _list_refs(a: list, b: list) -> Optional[list[int]]:
-    """Each item of b's place in a (-1: new), when every item of both has its own key and some
-    item moved; None to diff by position."""
+def _keys(a: list, b: list) -> Optional[tuple[list, list]]:
+    """Both lists' item keys, when every item of both has its own; else None (by position)."""
     if not a or not b:
         return None
     ka = [_item_key(x) for x in a]
     kb = [_item_key(x) for x in b]
     if None in ka or None in kb or len(set(ka)) < len(ka) or len(set(kb)) < len(kb):
         return None
+    return ka, kb
+
+
+# "#" holds, for each new item, where its base is: j >= 0 the item at place j of the list
+# before; -1 none (a new item, written whole); -2 - j the last item of place j's key whose
+# `state` was other than the one at j (a worker that flips between `up` and a late or down
+# reading is written as its changes from its last reading of the same state, not the other).
+def _refs(a: list, b: list, keys: tuple[list, list], mem: Optional[dict]) -> Optional[list[int]]:
+    ka, kb = keys
     where = {k: i for i, k in enumerate(ka)}
-    refs = [where.get(k, -1) for k in kb]
+    refs = []
+    for k, v in zip(kb, b):
+        j = where.get(k, -1)
+        if j >= 0 and mem is not None:
+            old, alt = a[j], mem.get(k)
+            if (alt is not None and type(v) is dict and old.get("state") != v.get("state")
+                    and alt.get("state") == v.get("state")):
+                j = -2 - j
+        refs.append(j)
     if refs == list(range(len(b))):
         return None  # the same items in the same places, maybe with more at the end
     return refs
 
 
-def _patch(a: Any, p: Any) -> Any:
+def _base(a: list, j: int, key: Any, mem: Optional[dict]) -> Any:
+    if j >= 0:
+        return a[j]
+    if j == -1:
+        return _GONE
+    return (mem or {}).get(key, _GONE)
+
+
+def _remember(a: list, b: list, keys: tuple[list, list], mem: Optional[dict]) -> None:
+    """Each item whose state changed: its reading before, the base for its next flip back."""
+    if mem is None:
+        return
+    old_by_key = dict(zip(keys[0], a))
+    for k, v in zip(keys[1], b):
+        old = old_by_key.get(k)
+        if old is not None and old.get("state") != v.get("state"):
+            mem[k] = old
+
+
+def _patch(a: Any, p: Any, mem: Optional[dict] = None) -> Any:
     if type(p) is list:
         if len(p) > 1:
             raise EventDecodeError("a replaced value is [value]")
@@ -293,7 +331,7 @@ def _patch(a: Any, p: Any) -> Any:
     if type(a) is dict:
         out = dict(a)  # copy on write: the tick before keeps its values
         for k, d in p.items():
-            v = _patch(a.get(k), d)
+            v = _patch(a.get(k), d, mem)
             if v is _GONE:
                 out.pop(k, None)
             else:
@@ -302,9 +340,19 @@ def _patch(a: Any, p: Any) -> Any:
     if type(a) is list:
         if "#" in p:
             refs = p["#"]
-            if type(refs) is not list or any(type(j) is not int or not -1 <= j < len(a) for j in refs):
+            if type(refs) is not list or any(type(j) is not int or not -1 - len(a) <= j < len(a) for j in refs):
                 raise EventDecodeError("a list's '#' names places in the list before")
-            lst = [a[j] if j >= 0 else None for j in refs]
+            lst = []
+            for j in refs:
+                if j >= 0:
+                    lst.append(a[j])
+                elif j == -1:
+                    lst.append(None)
+                else:
+                    alt = (mem or {}).get(_item_key(a[-2 - j]))
+                    if alt is None:
+                        raise EventDecodeError("a change from an earlier reading that was not read")
+                    lst.append(alt)
         else:
             n = p.get("n", len(a))
             if type(n) is not int or n < 0:
@@ -320,7 +368,10 @@ def _patch(a: Any, p: Any) -> Any:
                 raise EventDecodeError(f"a list's change names item {k!r}") from None
             if not 0 <= i < len(lst):
                 raise EventDecodeError(f"a change to item {i} of a list of {len(lst)}")
-            lst[i] = _patch(base[i], d)
+            lst[i] = _patch(base[i], d, mem)
+        keys = _keys(a, lst)
+        if keys is not None:
+            _remember(a, lst, keys, mem)
         return lst
     raise EventDecodeError("a change to a value that is neither an object nor a list")
 
@@ -347,6 +398,7 @@ class EventLogEncoder:
 
     def __init__(self) -> None:
         self._prev: dict[str, dict[str, Any]] = {}
+        self._mem: dict[str, dict] = {}  # per type: each keyed item's last reading of another state
         self._since_full: dict[str, int] = {}
         self._started = False
 
@@ -364,7 +416,7 @@ class EventLogEncoder:
             line = encode_event(e)
             self._since_full[kind] = 0
         else:
-            d = _diff(prev, state)
+            d = _diff(prev, state, self._mem.setdefault(kind, {}))
             line = json.dumps({"type": kind, "ts": e.ts, "d": {} if d is _SAME else d},
                               separators=(",", ":"), default=str)
         self._prev[kind] = state
@@ -379,6 +431,7 @@ class EventLogDecoder:
     def __init__(self, types_by_name: Optional[dict[str, type]] = None) -> None:
         self._types = types_by_name or event_types()
         self._prev: dict[str, dict[str, Any]] = {}
+        self._mem: dict[str, dict] = {}
 
     def decode(self, line: str) -> Optional[model.Event]:
         try:
@@ -392,7 +445,7 @@ class EventLogDecoder:
             fmt = obj.get("format")
             if type(fmt) is not int or fmt > LOG_FORMAT:
                 raise EventDecodeError(f"event log format {fmt!r}; this specmon reads up to {LOG_FORMAT}")
-            self._prev = {}
+            self._prev, self._mem = {}, {}
             return None
         if kind not in DELTA_TYPES:
             return _decode_obj(obj, self._types)
@@ -401,7 +454,7 @@ class EventLogDecoder:
             prev = self._prev.get(kind)
             if prev is None:
                 raise EventDecodeError(f"a {kind}'s changes with no full {kind} before them")
-            state = _patch(prev, obj["d"])
+            state = _patch(prev, obj["d"], self._mem.setdefault(kind, {}))
         else:
             state = _tick_state(obj, ts)
         self._prev[kind] = state
