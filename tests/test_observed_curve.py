@@ -150,3 +150,31 @@ def test_ttft_is_the_histograms_increase_not_the_cumulative_mean():
     w.add(MetricsSnapshot.parse(HIST.format(s=152.0, b05=10, b2=110, n=110), ts=10.0))
     assert abs(w.mean("time_to_first_token_seconds") - 0.2) < 1e-9
     assert w.quantile("time_to_first_token_seconds", 0.9) <= 0.5
+
+
+def test_folder_keeps_the_knee_and_report_draws_it(tmp_path):
+    import subprocess
+    import sys
+
+    from specmon.model import ArmSpec, ObservedKneesUpdated, SamplesTick, SessionEnded, SessionStarted
+    from specmon.session.folder import SessionWriter, read_meta
+
+    c = OperatingCurve("w1")
+    c.set_info(ArmInfo(max_running_requests=16))
+    served(c, range(1, 25), cap=16)
+    folder = tmp_path / "attach"
+    w = SessionWriter(folder)
+    w(SessionStarted(mode="attach", arms=[ArmSpec(name="w1", url="http://127.0.0.1:1")], interval_s=1.0))
+    w(SamplesTick(samples=[c.last]))
+    w(ObservedKneesUpdated(knees={"w1": c.knee()}))
+    w(SamplesTick(samples=[c.last]))  # session.json is rewritten with the next tick
+    meta = read_meta(folder)  # before the end: a killed session keeps it
+    k = meta.observed_knees["w1"]
+    assert (k.concurrency, k.limit) == (16, "request_cap") and k.curve[0].running == 1
+    w(SessionEnded(reason="stopped"))
+    assert '"curve": []' in (folder / "events.jsonl").read_text().replace('"curve":[]', '"curve": []')
+    p = subprocess.run([sys.executable, "-m", "specmon", "report", str(folder), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "| w1 | 16 | request_cap |" in p.stdout
+    assert "w1: operating curve" in p.stdout and "w1: 1 " in p.stdout

@@ -21,10 +21,26 @@ def run(args) -> int:
     from specmon.report.markdown import render_md
     from specmon.report.tables import build_report
 
-    # --price-per-gpu-hour and --at are finite and positive: checked as they are parsed (cli.py)
-    sessions, arms = load_sessions([Path(p) for p in args.sessions])
+    from specmon.report.observed import observed_only, observed_section
+    from specmon.report.tables import Report
+    from specmon.session.folder import read_meta
+
+    # Folders with observed knees and no ramp level (an attach, a Prometheus history): their
+    # observed knees and curves only. Any other folder: the ramp report, with them added.
+    paths = [Path(p) for p in args.sessions]
+    metas = [(p, read_meta(p)) if p.is_dir() and (p / "session.json").exists() else (p, None) for p in paths]
+    if all(m is not None and observed_only(p, m) for p, m in metas):
+        sections = [observed_section(p.resolve().name, m) for p, m in metas]  # type: ignore[arg-type]
+        report = Report("specmon report: " + ", ".join(p.resolve().name for p in paths),
+                        [s for s in sections if s is not None])
+        sessions, arms = [], []
+    else:
+        # --price-per-gpu-hour and --at are finite and positive: checked as they are parsed (cli.py)
+        sessions, arms = load_sessions(paths)
+        report = build_report(sessions, arms, args.at, args.price_per_gpu_hour)
+        report.sections += [s for s in (observed_section(p.resolve().name, m) for p, m in metas if m is not None)
+                            if s is not None]
     out = Path(args.out) if args.out else default_report_dir()
-    report = build_report(sessions, arms, args.at, args.price_per_gpu_hour)
     at = list(args.at) if args.at else default_targets(arms)
     _mkdir(out)
 
@@ -38,7 +54,7 @@ def run(args) -> int:
 
     from specmon.report.plots import write_figures
 
-    figures = write_figures(arms, at, out)
+    figures = write_figures(arms, at, out) if arms else []
     if args.format == "png":
         for p in figures:
             print(p)
