@@ -21,6 +21,8 @@ def normalize_url(url: str) -> str:
     text = url.strip()
     if not text or _BAD_CHARS.search(text):
         raise ValueError(f"expected a URL like {EXAMPLE}, got {url!r}")
+    if not text.isascii():  # a request line and Host header are ASCII: the name in its xn-- form
+        raise ValueError(f"expected an ASCII URL (a non-ASCII host name in its xn-- form), got {url!r}")
     try:
         u = urlsplit(text)
         host, port = u.hostname, u.port  # .port raises ValueError for a port out of 0-65535

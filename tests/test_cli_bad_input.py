@@ -191,3 +191,15 @@ def test_yes_lets_a_remote_ramp_past_the_check(tmp_path):
     p = specmon("ramp", FAR, "--yes", "--levels", "2", "--dataset", missing, "--headless", "--out", tmp_path / "s")
     line = one_line_exit_2(p, "file not found")
     assert "--yes" not in line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_sim_speed_that_is_not_a_positive_number_is_one_line(value):
+    one_line_exit_2(specmon("sim", "--speed", value, "--port", "9"), "--speed", value)
+
+
+@pytest.mark.parametrize("command", [["attach"], ["ramp", "--levels", "2"]])
+def test_a_non_ascii_host_name_is_one_line(tmp_path, command):
+    line = one_line_exit_2(specmon(*command, "http://hôst.example:30000", "--headless", "--out", tmp_path / "s"),
+                           "hôst.example")
+    assert "ASCII" in line and not (tmp_path / "s").exists()

@@ -32,6 +32,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}")
 
 
+def _speed(text: str) -> float:
+    """--speed: a finite number > 0 (nan and inf were a traceback), at most a million."""
+    from specmon.bounds import check_positive
+
+    try:
+        return check_positive(float(text), most=1e6)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e) if "expected" in str(e) else f"expected a number, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specmon sim", description="A simulated SGLang 0.5.10.post1 server on 127.0.0.1.")
     p.add_argument("--model-path", "--model", default=None,
@@ -97,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, help=f"named profile (default {DEFAULT_PROFILE}); see --list-profiles")
     p.add_argument("--list-profiles", action="store_true",
                    help="print the named profiles (GPU, model, drafter) and exit")
-    p.add_argument("--speed", type=float, default=1.0,
+    p.add_argument("--speed", type=_speed, default=1.0,
                    help="simulated seconds per wall second (default 1). Streams get a chunk per decode step (as "
                         "SGLang, see --stream-interval) below speed 2; at speed S>=2 a chunk holds up to floor(S) "
                         "steps, so a stream gets no more chunks per wall second than at speed 1 (first tokens and "
