@@ -178,3 +178,20 @@ def test_folder_keeps_the_knee_and_report_draws_it(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "| w1 | 16 | request_cap |" in p.stdout
     assert "w1: operating curve" in p.stdout and "w1: 1 " in p.stdout
+
+
+def test_exporter_gauges_for_the_observed_knee_and_headroom():
+    from specmon.exporter import Exporter
+    from specmon.model import ObservedKneesUpdated, SamplesTick
+
+    c = OperatingCurve("w1")
+    c.set_info(ArmInfo(max_running_requests=16))
+    served(c, range(1, 25), cap=16)
+    ex = Exporter()
+    ex(ObservedKneesUpdated(knees={"w1": c.knee(), "w2": OperatingCurve("w2").knee()}))
+    get = ex.registry.get_sample_value
+    assert get("specmon_observed_knee_concurrency", {"arm": "w1"}) == 16
+    assert get("specmon_headroom_requests", {"arm": "w1"}) == 0  # the ramp ended running 16
+    assert get("specmon_observed_knee_concurrency", {"arm": "w2"}) is None  # no knee: no series, never 0
+    ex(SamplesTick(samples=[Sample(ts=1.0, arm="w1", up=True, running_reqs=10)]))
+    assert get("specmon_headroom_requests", {"arm": "w1"}) == 6  # every tick: knee less running now
