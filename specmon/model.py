@@ -10,6 +10,7 @@ Convention: a value that is not known is ``None``, never a made-up 0. The CSV wr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -302,12 +303,16 @@ class Sample:
 
 def kv_usage_of(usage: Optional[float], used: Optional[int], capacity: Optional[int]) -> Optional[float]:
     """KV pool usage: the server's own figure when it gives one, else used / capacity; None when
-    neither is known. Every source and pane fills kv_usage through this one rule."""
-    if usage is not None:
-        return usage
-    if used is not None and capacity:
-        return used / capacity
+    neither is known. Every source and pane fills kv_usage through this one rule. A share outside
+    [0, MAX_KV_USAGE] or not finite is a bad reading (5,500 % and 1e+308 were written), not a usage:
+    the other figure is tried, else None."""
+    for share in (usage, used / capacity if used is not None and capacity else None):
+        if share is not None and math.isfinite(share) and 0.0 <= share <= MAX_KV_USAGE:
+            return share
     return None
+
+
+MAX_KV_USAGE = 1.5  # a pool counted over its size for a moment (retraction) stays; beyond is an error
 
 
 # The contract columns of samples.csv, in order (users' scripts rely on them), then our additions.

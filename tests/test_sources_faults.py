@@ -351,3 +351,25 @@ async def test_unusable_env_proxy_is_a_sample_not_a_crash(monkeypatch):
             assert (await scrape(c)).state == "up"
         finally:
             await c.aclose()
+
+
+@pytest.mark.parametrize("usage, used, cap, expected", [
+    ("55.0", "1000", "10000", 0.1),  # 5,500 %: the server's gauge is wrong, used / capacity is not
+    ("1e308", None, None, None),  # nothing sane to fall back on: unknown
+    ("0.42", "1", "10", 0.42),  # a sane gauge is the figure
+    (None, "30000", "10000", None),  # used three times the pool: not a usage
+])
+async def test_a_kv_usage_outside_0_to_150_percent_is_not_recorded(usage, used, cap, expected):
+    lines = [f'sglang:token_usage{{model_name="m",tp_rank="0"}} {usage}' if usage else "",
+             f'sglang:num_used_tokens{{model_name="m",tp_rank="0"}} {used}' if used else "",
+             f'sglang:max_total_num_tokens{{model_name="m",tp_rank="0"}} {cap}' if cap else "",
+             'sglang:num_running_reqs{model_name="m",tp_rank="0"} 1']
+    with BadServer() as srv:
+        srv.faults["/metrics"] = "body:" + "\n".join(x for x in lines if x) + "\n"
+        c = collector(srv.url)
+        try:
+            s = await scrape(c)
+            assert s.up and s.source == "metrics", (s.state, s.reason)
+            assert s.kv_usage == (pytest.approx(expected) if expected is not None else None)
+        finally:
+            await c.aclose()
