@@ -46,7 +46,9 @@ def load(url: str, n: int = 6, stream: bool = True) -> list:
 
 
 def test_metrics_families_match_sglang_sample():
-    with start_sim("--enable-metrics", "--decode-log-interval", "5", speed=100) as sim:
+    # The sample is 0.5.10.post1's page (0.5.23's: tests/test_sim_matches_sglang_versions.py).
+    with start_sim("--enable-metrics", "--decode-log-interval", "5", "--sglang-version", "0.5.10",
+                   speed=100) as sim:
         load(sim.url, 4)
         httpx.get(sim.url + "/v1/models")
         text = httpx.get(sim.url + "/metrics").text
@@ -158,11 +160,12 @@ def test_log_lines_and_request_log(tmp_path):
         load(sim.url, 2)
         httpx.get(sim.url + "/server_info")
         log = sim.log_text()
-    for needle in ("Load weight begin", "KV Cache is allocated. #tokens: 175000", "Capture cuda graph end",
+    for needle in ("Load weight begin", "KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: 175000",
+                   "Capture cuda graph end",
                    "max_total_num_tokens=175000", "Uvicorn running on", "The server is fired up and ready to roll!"):
         assert needle in log, needle
     assert re.search(r"^\[[\d-]+ [\d:]+\] Prefill batch, #new-seq: \d+, #new-token: \d+, #cached-token: \d+, "
-                     r"token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, cuda graph: False, "
+                     r"token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, #pending-token: \d+, cuda graph: False, "
                      r"input throughput \(token/s\): [\d.]+$", log, re.M)
     assert re.search(r"^\[[\d-]+ [\d:]+\] Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
                      r"accept len: [\d.]+, accept rate: [\d.]+, cuda graph: True, gen throughput \(token/s\): [\d.]+, "

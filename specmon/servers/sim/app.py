@@ -22,10 +22,18 @@ from specmon.servers.sim import formats
 from specmon.servers.sim.dp import DPScheduler, routed_rank
 from specmon.servers.sim.engine import Scheduler, SimRequest
 from specmon.servers.sim.server_args_defaults import INTERNAL_STATE_EXTRA
+from specmon.servers.sim.server_args_defaults_0523 import EMBEDDING_INFO_0523, TOP_LEVEL_ONLY_0523
 from specmon.servers.sim.stablehash import stable_hash
 from specmon.servers.sim.tokens import TokenCounter
 
-VERSION = "0.5.10.post1"
+VERSION = "0.5.10.post1"  # --sglang-version 0.5.10; SimState.version_string says which one a server speaks
+
+
+def _moments(xs: list) -> list:
+    n = float(len(xs))
+    s1 = float(sum(xs))
+    s2 = float(sum(x * x for x in xs))
+    return [n, s1, s2, n, s2, n]
 DEFAULT_MAX_NEW_TOKENS = 128
 _WIRE_ID = re.compile(rb'"id":\s*"([^"]+)"')  # the rid in a /generate chunk's meta_info
 
@@ -56,6 +64,15 @@ class SimState:
         self.seed = int(a.seed)
         self.rid_rng = random.Random(stable_hash(self.seed, "rid"))
         self.disagg_mode = a.disaggregation_mode  # "null" | "prefill" | "decode"
+        from specmon.servers.sim.config import SGLANG_VERSION_STRINGS
+        self.sglang_version = getattr(a, "sglang_version", "0.5.23")  # "0.5.23" | "0.5.10"
+        self.new_shapes = self.sglang_version != "0.5.10"
+        self.version_string = SGLANG_VERSION_STRINGS[self.sglang_version]
+        # Filled by main.py once the simulated startup ran (0.5.23's startup_time and gauges).
+        self.startup_time: dict = {}
+        self.startup_available_gb = 0.0
+        self.graph_gb_by_phase: dict = {}
+        self.rank_metrics: list = []
         self._bootstrap_seen: dict = {}  # decode: (host, port) -> None (answered) or the failure
 
     @property
@@ -253,7 +270,7 @@ def build_app(st: SimState) -> Starlette:
     def meta_for(r: SimRequest, n: int, final: bool) -> dict:
         return formats.meta_info(r, n=n, final=final, clock=st.clock, enable_metrics=st.enable_metrics,
                                  spec_draft_tokens=st.num_draft_tokens, speculative=st.spec,
-                                 t_now=st.clock.now(), sglang_version=getattr(st, "sglang_version", "0.5.10"))
+                                 t_now=st.clock.now(), sglang_version=st.sglang_version)
 
     def spec_details(r: SimRequest, body: dict) -> Optional[dict]:
         # 0.5.23's per-request speculative counts on the OpenAI endpoints, only when asked for
@@ -445,11 +462,25 @@ def build_app(st: SimState) -> Starlette:
 
     def internal_state(s) -> dict:
         d = dict(st.server_args)
-        d.update(INTERNAL_STATE_EXTRA)
+        if st.new_shapes:
+            for k in TOP_LEVEL_ONLY_0523:  # 0.5.23's scheduler copy leaves these out
+                d.pop(k, None)
+            d["world_size"] = st.cfg.args.tp_size
+            d["startup_time"] = st.startup_time
+            graphs = [k for k in st.server_args.get("cuda_graph_config", {}).get("decode", {}).get("bs", [])]
+            d["decode_cuda_graph_bs"] = graphs
+            d["decode_cuda_graph_memory_gb"] = round(st.graph_gb_by_phase.get("decode", st.ph.graph_gb), 3)
+        else:
+            d.update(INTERNAL_STATE_EXTRA)
         d["last_gen_throughput"] = s.last_gen_throughput
         d["memory_usage"] = {"weight": round(st.ph.weight_bytes / 1e9 + st.ph.draft_weight_bytes / 1e9, 2),
                              "kvcache": round(st.ph.kv_cache_gb, 2), "token_capacity": st.ph.max_total_tokens,
                              "graph": st.ph.graph_gb}
+        if st.new_shapes:  # 0.5.23: graph memory by phase, the startup free memory, the SWA pool (none)
+            d["memory_usage"] = {"weight": d["memory_usage"]["weight"], "kvcache": d["memory_usage"]["kvcache"],
+                                 "startup_available": round(st.startup_available_gb, 3),
+                                 "token_capacity": st.ph.max_total_tokens, "token_capacity_swa": None,
+                                 "graph": {k: round(v, 3) for k, v in st.graph_gb_by_phase.items()}}
         d["effective_max_running_requests_per_dp"] = s.max_running_requests
         acc = s.lifetime_accept_length
         if acc is not None and s.decode_steps >= s.decode_log_interval:
@@ -460,11 +491,25 @@ def build_app(st: SimState) -> Starlette:
         info = dict(st.server_args)
         info.update({"status": "ready", "max_total_num_tokens": st.ph.max_total_tokens,
                      "max_req_input_len": min(st.ph.max_total_tokens - 1, st.ph.p.model.context_len) - 1,
-                     "internal_states": [internal_state(s) for s in st.ranks], "version": VERSION,
+                     "internal_states": [internal_state(s) for s in st.ranks], "version": st.version_string,
                      "sim_speed": st.clock.speed, "sim_profile": st.cfg.profile.name})
+        if st.new_shapes:
+            info["startup_time"] = st.startup_time
+            info["launch_command"] = " ".join(st.cfg.args.launch_argv) if hasattr(st.cfg.args, "launch_argv") \
+                else f"--model-path {st.cfg.model_path} --port {st.server_args['port']}"
         return JSONResponse(info)
 
     async def model_info(request: Request):
+        if st.new_shapes:  # 0.5.23's keys, in its order
+            sa = st.server_args
+            return JSONResponse({
+                "model_path": st.cfg.model_path, "served_model_name": st.served_model_name,
+                "tokenizer_path": st.cfg.model_path, "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default", "load_format": sa.get("load_format", "auto"),
+                "reasoning_parser": sa.get("reasoning_parser"), "tool_call_parser": sa.get("tool_call_parser"),
+                "disaggregation_mode": st.disagg_mode, "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": "qwen3",
+                "architectures": [st.ph.p.model.architecture], "embedding": dict(EMBEDDING_INFO_0523)})
         return JSONResponse({"model_path": st.cfg.model_path, "tokenizer_path": st.cfg.model_path,
                              "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                              "has_image_understanding": False, "has_audio_understanding": False,
@@ -478,6 +523,8 @@ def build_app(st: SimState) -> Starlette:
     def loads_entry(include: set, sched, dp_rank: Optional[int]) -> dict:
         # One DP rank's scheduler, as SGLang reports it (dp_rank left out for a server without DP ranks).
         used = sched.num_used_tokens
+        if st.new_shapes:
+            return loads_entry_0523(include, sched, dp_rank or 0)
         e = {} if dp_rank is None else {"dp_rank": dp_rank}
         e.update({"num_running_reqs": len(sched.running), "num_waiting_reqs": len(sched.waiting),
                   "num_used_tokens": used, "max_total_num_tokens": sched.max_total_tokens,
@@ -502,7 +549,51 @@ def build_app(st: SimState) -> Starlette:
         e["num_total_reqs"] = len(sched.running) + len(sched.waiting)
         return e
 
+    def loads_entry_0523(include: set, sched, dp_rank: int) -> dict:
+        # 0.5.23: every rank says its dp_rank and stamp; token counts from the pool and the queue.
+        used = sched.num_used_tokens
+        pending = sched.pending_tokens
+        run = sched.running
+        e = {"timestamp": st.clock.epoch(st.clock.now()), "dp_rank": dp_rank,
+             "num_running_reqs": len(run), "num_waiting_reqs": len(sched.waiting),
+             "num_waiting_uncached_tokens": pending, "num_used_tokens": used,
+             "num_total_tokens": used + pending, "num_active_tokens": used + pending,
+             "num_prealloc_ready_tokens": 0, "max_total_num_tokens": sched.max_total_tokens,
+             "max_running_requests": sched.max_running_requests, "token_usage": round(sched.token_usage, 4),
+             "gen_throughput": round(sched.last_gen_throughput, 2) if st.enable_metrics else 0.0,
+             "cache_hit_rate": round(sched.last_cache_hit_rate, 4) if st.enable_metrics else 0.0,
+             "utilization": 0.0,
+             "total_prefill_uncached_tokens": sched.total_prefill_uncached_tokens,
+             "total_prefill_busy_us": int(sched.total_prefill_busy_s * 1e6),
+             # Six floats, as 0.5.23 sends: what SGLang puts in them is not reproduced here; the
+             # running batch's count and sequence-length sums stand in.
+             "decode_moments": _moments([r.seq_len for r in run])}
+        if "memory" in include:
+            e["memory"] = {"weight_gb": round(st.ph.weight_bytes / 1e9, 3), "kv_cache_gb": round(st.ph.kv_cache_gb, 3),
+                           "graph_gb": st.ph.graph_gb, "token_capacity": st.ph.max_total_tokens}
+        if "spec" in include and sched.lifetime_accept_length is not None \
+                and sched.decode_steps >= sched.decode_log_interval:
+            e["speculative"] = {"accept_length": sched.lifetime_accept_length,
+                                "accept_rate": sched.last_spec_accept_rate if st.enable_metrics else 0.0}
+        if "disagg" in include:
+            e["disaggregation"] = {"mode": st.disagg_mode, "prefill_bootstrap_queue_reqs": 0,
+                                   "prefill_inflight_queue_reqs": 0, "decode_prealloc_queue_reqs": 0,
+                                   "decode_transfer_queue_reqs": 0, "decode_retracted_queue_reqs": 0,
+                                   "kv_transfer_speed_gb_s": 0.0, "kv_transfer_latency_ms": 0.0}
+        if "queues" in include:
+            e["queues"] = {"waiting": len(sched.waiting), "grammar": 0, "paused": 0, "retracted": 0,
+                           "prealloc_ready": 0}
+        return e
+
     async def v1_loads(request: Request):
+        t0 = time.perf_counter()
+        try:
+            return await _v1_loads(request)
+        finally:
+            if st.enable_metrics and st.metrics is not None:
+                st.metrics.observe_get_loads(time.perf_counter() - t0)
+
+    async def _v1_loads(request: Request):
         inc = request.query_params.get("include", "all")
         include = {x.strip() for x in inc.split(",")}
         if "all" in include:
@@ -533,8 +624,12 @@ def build_app(st: SimState) -> Starlette:
                         lines.append(f'sglang_{k}{{dp_rank="{rank}"}} {v}')
             return PlainTextResponse("\n".join(lines) + "\n")
         n = len(entries)
+        if st.new_shapes:  # 0.5.23: no aggregate, no rank count; the accelerator instead
+            return JSONResponse({"timestamp": datetime.now(timezone.utc).isoformat(), "version": st.version_string,
+                                 "accelerator": st.ph.p.gpu.name,
+                                 "num_accelerators": st.cfg.args.tp_size * st.cfg.args.dp_size, "loads": entries})
         return JSONResponse({
-            "timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "dp_rank_count": n,
+            "timestamp": datetime.now(timezone.utc).isoformat(), "version": st.version_string, "dp_rank_count": n,
             "loads": entries,
             "aggregate": {"total_running_reqs": sum(e["num_running_reqs"] for e in entries),
                           "total_waiting_reqs": sum(e["num_waiting_reqs"] for e in entries),
@@ -544,6 +639,8 @@ def build_app(st: SimState) -> Starlette:
                           "avg_utilization": 0.0}})
 
     async def get_load(request: Request):
+        if st.new_shapes:  # gone in 0.5.23
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         st.log.warning("The /get_load endpoint is deprecated; use /v1/loads.")
         multi = isinstance(sched, DPScheduler)
         return JSONResponse([{"rid": None, "http_worker_ipc": None, "dp_rank": k if multi else None,

@@ -43,7 +43,8 @@ def _speed(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specmon sim", description="A simulated SGLang 0.5.10.post1 server on 127.0.0.1.")
+    p = _Parser(prog="specmon sim", description="A simulated SGLang server on 127.0.0.1 (0.5.23's shapes, "
+                                                "or 0.5.10.post1's with --sglang-version 0.5.10).")
     p.add_argument("--model-path", "--model", default=None,
                    help="the model it stands for, as /server_info and /v1/models report it (default the profile's); "
                         "a local folder holding a tokenizer.json counts text prompts with it")
@@ -139,10 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fault: never listen (every connection is refused)")
     p.add_argument("--fault-503-above", type=int, default=None,
                    help="fault: answer 503 to a generation request while N or more are in flight")
+    p.add_argument("--sglang-version", default="0.5.23", metavar="VERSION",
+                   help="the SGLang release whose metric names, /server_info, /v1/loads, meta_info and log "
+                        "lines it speaks: 0.5.23 (default) or 0.5.10 (0.5.10.post1)")
     p.add_argument("--export-metrics-to-file", action="store_true",
                    help="one JSON line per finished request in --export-metrics-to-file-dir, as SGLang 0.5.23")
     p.add_argument("--export-metrics-to-file-dir", default=None, help="the folder of those files")
     return p
+
+
+# The releases the simulator speaks, by every spelling accepted, to the short name the code keys on.
+SGLANG_VERSIONS = {"0.5.23": "0.5.23", "0.5.10": "0.5.10", "0.5.10.post1": "0.5.10"}
+# What /server_info, /v1/loads and the logs report as the version.
+SGLANG_VERSION_STRINGS = {"0.5.23": "0.5.23", "0.5.10": "0.5.10.post1"}
 
 
 @dataclass
@@ -154,6 +164,10 @@ class SimConfig:
 
 
 def resolve(args: argparse.Namespace) -> SimConfig:
+    v = SGLANG_VERSIONS.get(args.sglang_version)
+    if v is None:
+        raise UsageError(f"--sglang-version {args.sglang_version!r}: expected 0.5.23 or 0.5.10 (0.5.10.post1)")
+    args.sglang_version = v
     name = args.profile or DEFAULT_PROFILE
     if name not in PROFILES:
         raise UsageError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")

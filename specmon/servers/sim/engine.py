@@ -153,7 +153,8 @@ class Scheduler:
     def __init__(self, physics: Physics, clock: SimClock, *, max_running_requests: int,
                  chunked_prefill_size: int, max_prefill_tokens: int, decode_log_interval: int,
                  hooks: Optional[Hooks] = None, log_lines: bool = True, seed: int = 0,
-                 stream_interval: int = 1, coalesce_steps: int = 1, radix_cache: bool = True):
+                 stream_interval: int = 1, coalesce_steps: int = 1, radix_cache: bool = True,
+                 sglang_version: str = "0.5.23"):
         self.ph = physics
         self.clock = clock
         self.max_total_tokens = physics.max_total_tokens
@@ -169,6 +170,8 @@ class Scheduler:
         self.stream_interval = max(1, stream_interval)
         self.coalesce_steps = max(1, coalesce_steps)
         self.spec = bool(physics.p.drafter.algorithm)
+        # 0.5.23's log lines ("#pending-token", acceptance as accepted / proposed drafts).
+        self.new_shapes = sglang_version != "0.5.10"
         self.bigram_keys = physics.p.drafter.algorithm in EAGLE_ALGOS
 
         self.waiting: deque[SimRequest] = deque()
@@ -194,10 +197,18 @@ class Scheduler:
         self.last_spec_accept_rate = 0.0
         self.last_cache_hit_rate = 0.0
         self.total_retracted = 0
+        # Simulated seconds with nothing running or queued (sglang:scheduler_idle_seconds_total):
+        # the closed spans, and the start of the open one (None while busy).
+        self.idle_closed_s = 0.0
+        self.pending_after_batch = 0
+        self.total_prefill_uncached_tokens = 0   # /v1/loads (0.5.23): prompt tokens computed, all passes
+        self.total_prefill_busy_s = 0.0          # and the simulated time those prefill passes took
+        self.idle_since: Optional[float] = 0.0
         self.on_finished_callbacks: list[Callable[[SimRequest], None]] = []
 
     # -- public API ----------------------------------------------------------------------------
     def start(self) -> None:
+        self.idle_since = self.clock.now()  # idle time counts from when the scheduler runs, as SGLang's
         self._task = asyncio.get_running_loop().create_task(self._loop())
         self._task.add_done_callback(self._on_loop_done)
 
@@ -259,6 +270,31 @@ class Scheduler:
         if not self.spec or self.lifetime_verify == 0:
             return None
         return self.lifetime_spec_tokens / self.lifetime_verify
+
+    @property
+    def idle_seconds(self) -> float:
+        """Simulated seconds this scheduler had no work, up to now."""
+        if self.idle_since is None:
+            return self.idle_closed_s
+        return self.idle_closed_s + max(0.0, self.clock.now() - self.idle_since)
+
+    @property
+    def kv_evictable_tokens(self) -> int:
+        """Pool slots held only by the prefix cache (freed on demand)."""
+        return self.cache.evictable_size if self.cache is not None else 0
+
+    @property
+    def kv_available_tokens(self) -> int:
+        return max(0, self.max_total_tokens - self.num_used_tokens - self.kv_evictable_tokens)
+
+    @property
+    def pending_tokens(self) -> int:
+        """Prompt tokens still to compute: the queue's and the rest of a chunked prefill (0.5.23's
+        "#pending-token", /v1/loads num_waiting_uncached_tokens)."""
+        n = sum(r.prompt_len - r.prefilled for r in self.waiting)
+        if self.chunked is not None:
+            n += self.chunked.prompt_len - self.chunked.prefilled
+        return n
 
     def is_idle(self) -> bool:
         return not self.waiting and not self.running and self.chunked is None
@@ -324,6 +360,8 @@ class Scheduler:
         last_idle_report = self.clock.now()
         while True:
             if self.is_idle():
+                if self.idle_since is None:
+                    self.idle_since = max(self.t, self.clock.now())
                 self._flush()
                 self.clock.hold_near(None)
                 self._wake.clear()
@@ -340,6 +378,9 @@ class Scheduler:
                 # up (event-loop latency would otherwise be multiplied by the speed factor).
                 first = min((r.t_queued for r in self.waiting), default=self.clock.now())
                 self.t = max(self.t, first)
+                if self.idle_since is not None:
+                    self.idle_closed_s += max(0.0, self.t - self.idle_since)
+                    self.idle_since = None
                 self.window["t0"] = None
             if self.stalled_until_wall > time.monotonic():
                 self._flush()
@@ -489,9 +530,14 @@ class Scheduler:
         new_tokens = sum(n for _, n in batch)
         ctx_pairs = sum(n * (r.prefilled + n / 2.0) for r, n in batch)
         dur = self.ph.prefill_time(new_tokens, ctx_pairs, len(batch))
+        self.total_prefill_uncached_tokens += new_tokens
+        self.total_prefill_busy_s += dur
         t0, t_end = self.t, self.t + dur
         self.t = t_end
         # Report happens at batch formation in SGLang (the log line precedes the forward pass).
+        # What stays to compute once this batch ran: the queue's and the batch's unprefilled rest.
+        self.pending_after_batch = sum(r.prompt_len - r.prefilled for r in self.waiting) + \
+            sum(r.prompt_len - r.prefilled - n for r, n in batch)
         self._prefill_report(len([1 for r, _ in batch if r is not self.chunked]), new_tokens, cached,
                              running_before, t0)
         self.chunked = None
@@ -530,7 +576,9 @@ class Scheduler:
         if self.log_lines:
             log.info(f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, #cached-token: {cached}, "
                      f"token usage: {self.token_usage:.2f}, #running-req: {running_before}, "
-                     f"#queue-req: {len(self.waiting)}, cuda graph: False, input throughput (token/s): {input_tput:.2f}")
+                     f"#queue-req: {len(self.waiting)}, "
+                     + (f"#pending-token: {self.pending_after_batch}, " if self.new_shapes else "")
+                     + f"cuda graph: False, input throughput (token/s): {input_tput:.2f}")
         self.hooks.on_prefill_report(self, new_seqs, new_tokens, cached, running_before, input_tput)
 
     # -- decode --------------------------------------------------------------------------------
@@ -608,7 +656,12 @@ class Scheduler:
         self.last_gen_throughput = w["tokens"] / span if span > 0 else 0.0
         if self.spec and w["req_passes"]:
             self.last_spec_accept_length = w["spec_tokens"] / w["req_passes"]
-            self.last_spec_accept_rate = self.last_spec_accept_length / self.ph.num_draft_tokens
+            if self.new_shapes:  # 0.5.23: accepted drafts / proposed drafts (the bonus token left out)
+                drafts = self.ph.num_draft_tokens - 1
+                self.last_spec_accept_rate = (w["spec_tokens"] - w["req_passes"]) / (w["req_passes"] * drafts) \
+                    if drafts > 0 else 0.0
+            else:  # 0.5.10.post1: accepted tokens (bonus included) / draft tokens
+                self.last_spec_accept_rate = self.last_spec_accept_length / self.ph.num_draft_tokens
         self.last_cache_hit_rate = 0.0
         if self.log_lines:
             spec = (f"accept len: {self.last_spec_accept_length:.2f}, accept rate: {self.last_spec_accept_rate:.2f}, "

@@ -101,9 +101,24 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
         "finish_reason": finish_reason(r) if final else None,
         "prompt_tokens": r.prompt_len,
         "weight_version": "default",
-        "total_retractions": r.retractions,
     }
-    if enable_metrics:
+    new = not sglang_version.startswith("0.5.10")
+    if new:
+        m["num_retractions"] = r.retractions
+    else:
+        m["total_retractions"] = r.retractions
+    if enable_metrics and new:
+        # 0.5.23 carries the scheduler's stamps through: a measured queue time (admission to
+        # forward entry) and the forward-entry / prefill-finished stamps once they exist.
+        m["storage_prefetch_wait"] = 0.0
+        m["storage_staging_wait"] = 0.0
+        if r.t_forward_entry is not None:
+            m["forward_entry_time"] = clock.epoch(r.t_forward_entry)
+        if r.t_prefill_done is not None:
+            m["prefill_finished_time"] = clock.epoch(r.t_prefill_done)
+        if r.t_forward_entry is not None:
+            m["queue_time"] = max(0.0, r.t_forward_entry - r.t_queued)
+    elif enable_metrics:
         # As a real SGLang 0.5.10.post1 sends them: the scheduler's stamps are lost on the way
         # through the detokenizer (its time-stats object pickles to {} on the second hop), so
         # there is no forward_entry_time / prefill_finished_time, queue_time is 0.0 whatever the
@@ -116,6 +131,8 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
     m["reasoning_tokens"] = 0
     m["completion_tokens"] = n
     m["cached_tokens"] = r.cached_tokens
+    if new:
+        m["weight_versions"] = [{"version": "default", "start": 0, "end": n}]
     m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0} if r.cached_tokens else None
     m["dp_rank"] = getattr(r, "dp_rank", None)  # set by the DP ranks (dp.py), else None as SGLang
     # Real SGLang stamps the first streamed chunk (and a non-streamed answer) with
@@ -129,11 +146,13 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
             m.update(spec_fields(r, n, spec_draft_tokens, sglang_version))
         if enable_metrics:
             m["request_received_ts"] = clock.epoch(r.t_created)
+            if new and r.t_first_token is not None:
+                m["first_token_latency"] = r.t_first_token - r.t_created
             m["api_server_dispatch_finish_ts"] = clock.epoch(r.t_created + 0.0003)
             if r.t_first_token is not None:
                 m["response_sent_to_client_ts"] = clock.epoch(r.t_first_token)
             m["request_finished_ts"] = clock.epoch(t_fin)
-            if r.t_forward_entry is not None:
+            if r.t_forward_entry is not None and not new:  # gone in 0.5.23
                 m["inference_time"] = t_fin - r.t_forward_entry
             if r.t_first_token is not None and t_fin > r.t_first_token and n > 0:
                 m["decode_throughput"] = n / (t_fin - r.t_first_token)
@@ -159,13 +178,14 @@ class MiddleMeta:
     def __init__(self, render):
         self.render = render        # n -> the meta_info dict of a middle chunk with n tokens
         self.key = None
-        self.head = self.tail = ""
+        self.parts: list = []
 
     def json(self, r: SimRequest, n: int) -> str:
+        # Split at every place n appears (completion_tokens, and 0.5.23's weight_versions end).
         if self.key != r.retractions:
-            self.head, self.tail = dumps(self.render(_MARK)).split(str(_MARK))
+            self.parts = dumps(self.render(_MARK)).split(str(_MARK))
             self.key = r.retractions
-        return self.head + str(n) + self.tail
+        return str(n).join(self.parts)
 
 
 def oai_finish_reason(r: SimRequest) -> Optional[str]:

@@ -143,20 +143,34 @@ def _build_worker(cfg, index: int, clock, log_lines: bool):
             from specmon.servers.sim.metrics import SimMetrics
 
             hooks = SimMetrics(cfg.served_model_name, ph.max_total_tokens, families=families,
-                               dp_rank=k if args.dp_size > 1 else None, engine_type=engine_type)
+                               dp_rank=k if args.dp_size > 1 else None, engine_type=engine_type,
+                               sglang_version=args.sglang_version)
             metrics = metrics or hooks  # rank 0's object serves /metrics and counts HTTP and CPU
         ranks.append(Scheduler(ph, clock, max_running_requests=ph.max_running_requests,
                                chunked_prefill_size=prof.chunked_prefill_size,
                                max_prefill_tokens=prof.max_prefill_tokens,
                                decode_log_interval=args.decode_log_interval, hooks=hooks, seed=rank_seed,
                                stream_interval=args.stream_interval, coalesce_steps=coalesce_steps(args.speed),
-                               radix_cache=not args.disable_radix_cache, log_lines=log_lines and k == 0))
+                               radix_cache=not args.disable_radix_cache, log_lines=log_lines and k == 0,
+                               sglang_version=args.sglang_version))
     sched = ranks[0] if len(ranks) == 1 else DPScheduler(ranks)
     server_args = build_server_args(cfg, ranks[0].ph)
     server_args["port"] = args.port + index
     server_args["stream_interval"] = args.stream_interval
-    return SimState(cfg=cfg, physics=ranks[0].ph, scheduler=sched, clock=clock, metrics=metrics,
-                    server_args=server_args, logger=log)
+    st = SimState(cfg=cfg, physics=ranks[0].ph, scheduler=sched, clock=clock, metrics=metrics,
+                  server_args=server_args, logger=log)
+    st.rank_metrics = [s.hooks for s in ranks]
+    return st
+
+
+def _kv_dtype_name(prof) -> str:
+    """The torch dtype 0.5.23's "KV Cache is allocated" line names for the profile's KV dtype."""
+    d = (prof.kv_cache_dtype or "auto").lower()
+    if d.startswith("fp8"):
+        return "torch.float8_e4m3fn" if "e4m3" in d else "torch.float8_e5m2"
+    if d.startswith("fp4"):
+        return "torch.float4_e2m1fn_x2"
+    return "torch.bfloat16"
 
 
 async def _serve(cfg, socks, boot=None) -> int:
@@ -174,13 +188,25 @@ async def _serve(cfg, socks, boot=None) -> int:
 
     # -- SGLang's startup lines, durations in simulated time ---------------------------------------
     gpu_gb = prof.gpu.memory_bytes / 1e9
+    new = args.sglang_version != "0.5.10"
     # The key itself stays out of the log (SGLang prints it; specmon's logs must not carry secrets).
-    sa_repr = ", ".join(f"{k}={('<hidden>' if k == 'api_key' and v else v)!r}" for k, v in server_args.items())
-    log.info(f"server_args=ServerArgs({sa_repr})")
+    shown = {k: ('<hidden>' if k == 'api_key' and v else v) for k, v in server_args.items()}
+    # Both releases warn about their old entry point (the recordings have the line).
+    log.warning("UserWarning: 'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
+                "recommended entrypoint.")
+    if new:  # 0.5.23 prints a dict
+        log.info(f"server_args={shown!r}")
+    else:
+        sa_repr = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+        log.info(f"server_args=ServerArgs({sa_repr})")
+    t_launch = clock.now()
     total_startup = args.startup_s if args.startup_s is not None else ph.model_load_s() + ph.graph_capture_s()
     scale = total_startup / (ph.model_load_s() + ph.graph_capture_s())
-    await _sleep_sim(clock, 1.2 * scale * 0.1)
-    log.info("Init torch distributed ends. elapsed=1.2 s, mem usage=0.09 GB")
+    init_s = 1.2 * scale * 0.1
+    log.info("Init parallel begin." if new else "Init torch distributed begin.")
+    await _sleep_sim(clock, init_s)
+    log.info(f"Init parallel ends. elapsed={init_s:.2f} s" if new
+             else f"Init torch distributed ends. elapsed={init_s:.2f} s, mem usage=0.09 GB")
     avail = gpu_gb - 0.6
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     load_s = ph.model_load_s() * scale
@@ -190,7 +216,8 @@ async def _serve(cfg, socks, boot=None) -> int:
     log.info(f"Load weight end. elapsed={load_s:.2f} s, type={prof.model.architecture}, avail mem={avail:.2f} GB, "
              f"mem usage={wgb:.2f} GB.")
     half = ph.kv_cache_gb / 2
-    log.info(f"KV Cache is allocated. #tokens: {ph.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB")
+    dtype = f"dtype: {_kv_dtype_name(prof)}, " if new else ""
+    log.info(f"KV Cache is allocated. {dtype}#tokens: {ph.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB")
     avail -= ph.kv_cache_gb
     log.info(f"Memory pool end. avail mem={avail:.2f} GB")
     log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
@@ -211,6 +238,35 @@ async def _serve(cfg, socks, boot=None) -> int:
     log.info(f"max_total_num_tokens={ph.max_total_tokens}, chunked_prefill_size={prof.chunked_prefill_size}, "
              f"max_prefill_tokens={prof.max_prefill_tokens}, max_running_requests={ph.max_running_requests}, "
              f"context_len={prof.model.context_len}, available_gpu_mem={avail:.2f} GB")
+    # 0.5.23's startup timings (its log line, /server_info startup_time and the startup gauges),
+    # from the simulated phases above.
+    spec_on = bool(prof.drafter.algorithm)
+    graph_s = {"prefill": 0.0, "decode": cap_s * (0.4 if spec_on else 1.0), "target_verify": 0.0,
+               "draft_prefill": 0.0, "draft_decode": cap_s * 0.5 if spec_on else 0.0,
+               "draft_extend": cap_s * 0.1 if spec_on else 0.0}
+    graph_gb = {"prefill": 0.0, "decode": ph.graph_gb, "target_verify": 0.0, "draft_prefill": 0.0,
+                "draft_decode": 0.3 if spec_on else 0.0, "draft_extend": 0.1 if spec_on else 0.0}
+    sched_e2e = clock.now() - t_launch
+    # KV allocation: the pool's bytes written once at the GPU's bandwidth, plus a fixed setup cost.
+    kv_alloc_s = ph.kv_cache_gb * 1e9 / prof.gpu.bandwidth_bps + 0.05
+    startup = {"load_weight": load_s, "kv_cache_allocation": kv_alloc_s, "scheduler_e2e": sched_e2e,
+               "cuda_graph": graph_s, "tokenizer_e2e": sched_e2e + 0.5 * scale}
+    if new:
+        cg = ", ".join(f"{k}={v:.2f}" for k, v in graph_s.items())
+        log.info(f"Engine startup timings (s): load_weight={load_s:.2f}, "
+                 f"kv_cache_allocation={startup['kv_cache_allocation']:.2f}, scheduler_e2e={sched_e2e:.2f}, "
+                 f"cuda_graph={{{cg}}}, tokenizer_e2e={startup['tokenizer_e2e']:.2f}")
+    for st in workers:
+        st.startup_time = startup
+        st.startup_available_gb = gpu_gb - 0.6
+        st.graph_gb_by_phase = graph_gb
+        for m in st.rank_metrics:
+            if hasattr(m, "set_startup"):
+                m.set_startup(phases={k: v for k, v in startup.items() if k != "cuda_graph"},
+                              graph_phases=graph_s, graph_gb=graph_gb, weight_gb=wgb, kv_gb=ph.kv_cache_gb,
+                              avail_gb=gpu_gb - 0.6, context_len=prof.model.context_len,
+                              spec_steps=prof.drafter.num_steps if spec_on else 0,
+                              spec_draft_tokens=prof.drafter.num_draft_tokens if spec_on else 0)
 
     if args.fault_refuse:
         # Never listen: every connection is refused.

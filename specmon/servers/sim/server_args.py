@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 from specmon.servers.sim.server_args_defaults import SERVER_ARGS_DEFAULTS
+from specmon.servers.sim.server_args_defaults_0523 import SERVER_ARGS_DEFAULTS_0523
 
 
 def build_server_args(cfg, ph) -> dict:
     a, p = cfg.args, cfg.profile
-    d = dict(SERVER_ARGS_DEFAULTS)
+    new = getattr(a, "sglang_version", "0.5.23") != "0.5.10"
+    d = copy.deepcopy(SERVER_ARGS_DEFAULTS_0523 if new else SERVER_ARGS_DEFAULTS)
     spec = p.drafter
     quant = a.ignored_quantization or p.quantization
     d.update({
@@ -58,4 +61,10 @@ def build_server_args(cfg, ph) -> dict:
     })
     d.pop("cuda_graph_bs", None)
     d["cuda_graph_bs"] = list(range(1, 9)) + list(range(10, (d["cuda_graph_max_bs"] or 8) + 1, 2))
+    if new:
+        # 0.5.23: the decode graphs' sizes live in cuda_graph_config (the per-phase flags stay
+        # None unless given); the two 0.5.10 keys are gone.
+        dec = d["cuda_graph_config"].setdefault("decode", {})
+        dec["max_bs"] = d.pop("cuda_graph_max_bs")
+        dec["bs"] = d.pop("cuda_graph_bs")
     return d
