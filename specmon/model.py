@@ -876,6 +876,8 @@ class CurvePoint:
     queue_s: Optional[float] = None  # server queue time per request (the histogram's increase)
     ttft_s: Optional[float] = None  # server TTFT per request (the histogram's increase)
     kv_usage_max: Optional[float] = None
+    kv_full_share: Optional[float] = None  # share of the seconds with nothing free nor evictable, or retracting
+    busy_max: Optional[float] = None  # the scheduler's busy share, highest (SGLang 0.5.23)
 
 
 @dataclass

@@ -195,3 +195,22 @@ def test_exporter_gauges_for_the_observed_knee_and_headroom():
     assert get("specmon_observed_knee_concurrency", {"arm": "w2"}) is None  # no knee: no series, never 0
     ex(SamplesTick(samples=[Sample(ts=1.0, arm="w1", up=True, running_reqs=10)]))
     assert get("specmon_headroom_requests", {"arm": "w1"}) == 6  # every tick: knee less running now
+
+
+def test_kv_pool_from_0523_free_and_evictable_tokens():
+    # token_usage says 70 %, but nothing is free and the radix cache holds nothing evictable:
+    # SGLang 0.5.23's own split says the pool binds
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=256, kv_capacity_tokens=10_000))
+    t = 0.0
+    for c_off in range(1, 20):
+        running = min(c_off, 12)
+        for _ in range(8):
+            t += 1.0
+            s = Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=c_off - running,
+                       gen_tok_s=40.0 * running, kv_usage=0.7 * running / 12, kv_capacity_tokens=10_000)
+            s.kv_available_tokens = 0 if running == 12 else 5_000
+            s.kv_evictable_tokens = 0 if running == 12 else 1_000
+            c.add(s)
+    k = c.knee()
+    assert (k.concurrency, k.limit) == (12, "kv_pool"), k

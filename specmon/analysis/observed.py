@@ -66,6 +66,8 @@ class _Bin:
     ttft_w: float = 0.0
     kv_max: Optional[float] = None
     capped_s: float = 0.0  # seconds at the request cap
+    kv_full_s: float = 0.0  # seconds with no free and no evictable KV left, or retracting (0.5.23)
+    busy_max: Optional[float] = None  # the scheduler's busy share, highest (0.5.23)
 
     def point(self) -> CurvePoint:
         return CurvePoint(
@@ -76,7 +78,8 @@ class _Bin:
             queued_share=self.queued_s / self.seconds if self.seconds else None,
             queue_s=self.queue_s / self.queue_w if self.queue_w else None,
             ttft_s=self.ttft_s / self.ttft_w if self.ttft_w else None,
-            kv_usage_max=self.kv_max)
+            kv_usage_max=self.kv_max, kv_full_share=self.kv_full_s / self.seconds if self.seconds else None,
+            busy_max=self.busy_max)
 
 
 class OperatingCurve:
@@ -144,6 +147,16 @@ class OperatingCurve:
             b.kv_max = kv
         if self.request_cap and r >= self.request_cap:
             b.capped_s += dt
+        # SGLang 0.5.23's own pool figures, where the sample has them: nothing free and nothing the
+        # radix cache could give back, or requests retracted, is a full pool whatever token_usage says
+        free, evictable = getattr(s, "kv_available_tokens", None), getattr(s, "kv_evictable_tokens", None)
+        cap = s.kv_capacity_tokens or self.kv_capacity
+        if ((free is not None and evictable is not None and cap and free + evictable <= 0.02 * cap)
+                or (getattr(s, "retracted_reqs", None) or 0) > 0 or (getattr(s, "retractions_per_s", None) or 0) > 0):
+            b.kv_full_s += dt
+        busy = getattr(s, "scheduler_busy_share", None)
+        if busy is not None and (b.busy_max is None or busy > b.busy_max):
+            b.busy_max = busy
 
     def curve(self) -> list[CurvePoint]:
         return [self.bins[k].point() for k in sorted(self.bins)]
@@ -204,6 +217,9 @@ class OperatingCurve:
     def _limit(self, at: list[CurvePoint], knee: int, queued: bool) -> tuple[str, str]:
         cap = self.request_cap
         kv = max((p.kv_usage_max for p in at if p.kv_usage_max is not None), default=None)
+        full = max((p.kv_full_share for p in at if p.kv_full_share is not None), default=0.0)
+        if full >= 0.25 and (kv is None or kv < KV_FULL):
+            kv = KV_FULL  # the pool had nothing free nor evictable (or retracted) for a quarter of a bin
         top = max(p.running + p.width - 1 for p in at)
         if cap and top >= cap - max(1, math.ceil(0.02 * cap)) and (kv is None or kv < KV_FULL):
             return "request_cap", f"running reached the request cap {cap}"
@@ -213,7 +229,9 @@ class OperatingCurve:
             room = f"KV at most {kv:.0%}" if kv is not None else "KV usage unknown"
             cap_words = f"running under the cap {cap}" if cap else "no request cap known"
             return "token_budget", f"requests wait with {room} and {cap_words}"
-        return "compute", "neither the KV pool nor the request cap binds: the decode step slows"
+        busy = max((p.busy_max for p in at if p.busy_max is not None), default=None)
+        engine = f" (scheduler busy {busy:.0%})" if busy is not None else ""
+        return "compute", f"neither the KV pool nor the request cap binds: the decode step slows{engine}"
 
 
 def _plateau(points: list[CurvePoint]) -> Optional[int]:
