@@ -68,20 +68,22 @@ def _differences(real: dict, sim: dict) -> list[str]:
 @pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")
 @pytest.mark.timeout(900)
 def test_sim_matches_real_sglang(tmp_path):
-    """The simulator against a real SGLang 0.5.10.post1 (no speculation on either: the CPU engine
-    cannot speculate): /metrics families and label keys, /server_info and internal_states keys,
+    """The simulator against a real SGLang (0.5.23 or 0.5.10.post1, whichever the venv holds; the
+    simulator speaks the same release; no speculation on either): /metrics families and label keys, /server_info and internal_states keys,
     /v1/loads shape, /generate stream and non-stream meta_info keys, /health codes, error shapes."""
     with rs.start_real(tmp_path / "real.log", "--decode-log-interval", "5") as real:
         body = {"input_ids": list(range(1, 40)), "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
         for _ in range(2):
             httpx.post(real.url + "/generate", json=body, timeout=120)
         real_p = probe(real.url)
+        version = httpx.get(real.url + "/server_info", timeout=30).json()["version"]
     with rs.start_real(tmp_path / "real-nometrics.log", metrics=False) as plain:
         real_plain = probe(plain.url)
-    with start_sim("--profile", "fp8-nospec", "--enable-metrics", "--decode-log-interval", "5", speed=100) as sim:
+    with start_sim("--profile", "fp8-nospec", "--enable-metrics", "--decode-log-interval", "5",
+                   "--sglang-version", version, speed=100) as sim:
         load(sim.url, 3, stream=False)    # as sent to the real server: no ITL family on either
         sim_p = probe(sim.url)
-    with start_sim("--profile", "fp8-nospec", speed=100) as sim:
+    with start_sim("--profile", "fp8-nospec", "--sglang-version", version, speed=100) as sim:
         sim_plain = probe(sim.url)
 
     problems = _differences(real_p, sim_p) + [f"no metrics: {d}" for d in _differences(real_plain, sim_plain)]

@@ -124,7 +124,7 @@ def observed(request):
     # A pool of 8,192 tokens as the recordings had, so requests of 1,000 tokens queue as there.
     with start_sim("--sglang-version", version, "--enable-metrics", "--profile", "fp8-nospec",
                    "--max-total-tokens", "8192", "--decode-log-interval", "10", speed=8) as sim:
-        got = {"generate": _generate(sim.url, 80, 32, False)}
+        got = {"generate": _generate(sim.url, 80, 32, False), "stream": _generate(sim.url, 80, 32, True)}
         threads = [threading.Thread(target=_generate, args=(sim.url, 1000, 300, True)) for _ in range(10)]
         for t in threads:
             t.start()
@@ -243,6 +243,22 @@ def test_generate_meta_info_keys_match(observed):
     have = set(got["generate"]["meta_info"])
     assert want - have == set(), f"{version}: meta_info lacks {sorted(want - have)}"
     assert have - want == set(), f"{version}: meta_info has {sorted(have - want)}"
+
+
+def stream_metas(text: str) -> list[dict]:
+    return [json.loads(part[6:])["meta_info"] for part in text.split("\n\n")
+            if part.startswith("data: ") and part[6:].strip() != "[DONE]"]
+
+
+def test_stream_meta_info_keys_match(observed):
+    """First, middle and last chunk of a streamed /generate carry the release's keys."""
+    version, real, got = observed
+    want, have = stream_metas((real / "generate_stream.txt").read_text()), stream_metas(got["stream"])
+    assert len(want) >= 3 and len(have) >= 3
+    for name, w, h in (("first", want[0], have[0]), ("middle", want[len(want) // 2], have[len(have) // 2]),
+                       ("last", want[-1], have[-1])):
+        assert set(h) == set(w), f"{version} {name} chunk: sim lacks {sorted(set(w) - set(h))}, " \
+                                 f"has extra {sorted(set(h) - set(w))}"
 
 
 def test_log_line_shapes_match(observed):

@@ -28,12 +28,6 @@ from specmon.servers.sim.tokens import TokenCounter
 
 VERSION = "0.5.10.post1"  # --sglang-version 0.5.10; SimState.version_string says which one a server speaks
 
-
-def _moments(xs: list) -> list:
-    n = float(len(xs))
-    s1 = float(sum(xs))
-    s2 = float(sum(x * x for x in xs))
-    return [n, s1, s2, n, s2, n]
 DEFAULT_MAX_NEW_TOKENS = 128
 _WIRE_ID = re.compile(rb'"id":\s*"([^"]+)"')  # the rid in a /generate chunk's meta_info
 
@@ -565,9 +559,7 @@ def build_app(st: SimState) -> Starlette:
              "utilization": 0.0,
              "total_prefill_uncached_tokens": sched.total_prefill_uncached_tokens,
              "total_prefill_busy_us": int(sched.total_prefill_busy_s * 1e6),
-             # Six floats, as 0.5.23 sends: what SGLang puts in them is not reproduced here; the
-             # running batch's count and sequence-length sums stand in.
-             "decode_moments": _moments([r.seq_len for r in run])}
+             "decode_moments": list(sched.decode_moment_totals) if sched.decode_moment_totals[0] > 0 else None}
         if "memory" in include:
             e["memory"] = {"weight_gb": round(st.ph.weight_bytes / 1e9, 3), "kv_cache_gb": round(st.ph.kv_cache_gb, 3),
                            "graph_gb": st.ph.graph_gb, "token_capacity": st.ph.max_total_tokens}
@@ -627,7 +619,7 @@ def build_app(st: SimState) -> Starlette:
         if st.new_shapes:  # 0.5.23: no aggregate, no rank count; the accelerator instead
             return JSONResponse({"timestamp": datetime.now(timezone.utc).isoformat(), "version": st.version_string,
                                  "accelerator": st.ph.p.gpu.name,
-                                 "num_accelerators": st.cfg.args.tp_size * st.cfg.args.dp_size, "loads": entries})
+                                 "num_accelerators": st.cfg.args.tp_size, "loads": entries})  # per DP rank, as SGLang counts
         return JSONResponse({
             "timestamp": datetime.now(timezone.utc).isoformat(), "version": st.version_string, "dp_rank_count": n,
             "loads": entries,

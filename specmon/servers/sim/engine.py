@@ -203,6 +203,9 @@ class Scheduler:
         self.pending_after_batch = 0
         self.total_prefill_uncached_tokens = 0   # /v1/loads (0.5.23): prompt tokens computed, all passes
         self.total_prefill_busy_s = 0.0          # and the simulated time those prefill passes took
+        # 0.5.23's decode step-time moment sums (/v1/loads decode_moments): steps, sum of batch
+        # sizes, of step microseconds, of batch size squared, of batch x step us, tokens generated.
+        self.decode_moment_totals = [0.0] * 6
         self.idle_since: Optional[float] = 0.0
         self.on_finished_callbacks: list[Callable[[SimRequest], None]] = []
 
@@ -641,6 +644,14 @@ class Scheduler:
                 self._deliver(r, k, t_end)
         self.window["tokens"] += emitted_total
         self.window["passes"] += 1
+        m, step_us = self.decode_moment_totals, float(int(dur * 1e6))
+        if bs > 0 and step_us > 0:
+            m[0] += 1.0
+            m[1] += bs
+            m[2] += step_us
+            m[3] += bs * bs
+            m[4] += bs * step_us
+            m[5] += emitted_total
         self.window["req_passes"] += bs
         self.decode_steps += 1
         self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)

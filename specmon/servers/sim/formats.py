@@ -131,7 +131,7 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
     m["reasoning_tokens"] = 0
     m["completion_tokens"] = n
     m["cached_tokens"] = r.cached_tokens
-    if new:
+    if new and final:  # 0.5.23: on the final answer only
         m["weight_versions"] = [{"version": "default", "start": 0, "end": n}]
     m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0} if r.cached_tokens else None
     m["dp_rank"] = getattr(r, "dp_rank", None)  # set by the DP ranks (dp.py), else None as SGLang
