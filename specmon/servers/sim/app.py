@@ -489,8 +489,7 @@ def build_app(st: SimState) -> Starlette:
                      "sim_speed": st.clock.speed, "sim_profile": st.cfg.profile.name})
         if st.new_shapes:
             info["startup_time"] = st.startup_time
-            info["launch_command"] = " ".join(st.cfg.args.launch_argv) if hasattr(st.cfg.args, "launch_argv") \
-                else f"--model-path {st.cfg.model_path} --port {st.server_args['port']}"
+            info["launch_command"] = " ".join(getattr(st.cfg.args, "launch_argv", []))
         return JSONResponse(info)
 
     async def model_info(request: Request):

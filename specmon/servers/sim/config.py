@@ -226,7 +226,27 @@ def resolve(args: argparse.Namespace) -> SimConfig:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    args.launch_argv = _masked(list(argv))  # 0.5.23's /server_info launch_command
+    return args
+
+
+def _masked(argv: list[str]) -> list[str]:
+    """The command line with the API key's value hidden (specmon never writes a key anywhere)."""
+    out = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append("<hidden>")
+            hide = False
+        elif a == "--api-key":
+            out.append(a)
+            hide = True
+        elif a.startswith("--api-key="):
+            out.append("--api-key=<hidden>")
+        else:
+            out.append(a)
+    return out
 
 
 def optional_int(v) -> Optional[int]:
