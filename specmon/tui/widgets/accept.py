@@ -22,12 +22,13 @@ class AcceptPane(ArmPane):
         if s is None or s.accept_length is None:
             return self.unknown()
         # The gauge is SGLang's figure for its last decode log window only, not for a level or
-        # the session: say so wherever it is the source.
+        # the session: say so wherever it is the source, right after the figure (a narrow value
+        # keeps its first whole parts: the label before the rate).
         return self.join(
             assemble((f"{s.accept_length:.2f}", self.st("value")), (" tok/step", self.st("unit"))),
+            text("last decode window", self.st("dim")),
             None if s.accept_rate is None else assemble(
                 ("rate ", self.st("unit")), (f"{s.accept_rate * 100:.0f}%", self.st("value"))),
-            text("last decode window", self.st("dim")),
         )
 
     def note(self) -> Optional[Text]:
