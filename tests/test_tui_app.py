@@ -175,6 +175,14 @@ async def test_live_one_arm_with_ramp(tmp_path):
             # did for over 20 s): some tick shows the pool
             await wait_for(pilot, lambda: "/175K tok" in panel.part_text("kv"), timeout=90, what="KV pane")
             await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, timeout=90, what="ramp end")
+            # The accept pane: the gauge labelled as SGLang's last decode window, and under it the
+            # newest level's exact figures from its requests' own counts, as levels.csv has them.
+            newest = app.state.arm("fp8-mtp").levels[-1]
+            accept = panel.part_text("accept")
+            assert "last decode window" in accept
+            assert f"{newest.label} exact · {newest.accept_length:.2f} tok/step · rate {newest.accept_rate * 100:.0f}%" \
+                in accept, accept
+            assert newest.accept_hist.split(";")[0] in accept
             # The ramp sent its knees with every level (D3: the power knee is always computed).
             assert app.state.arm("fp8-mtp").knees_summary is not None and app.state.arm("fp8-mtp").knees_summary.power.concurrency in (2, 4, None)
             # A mark on the finished session is still recorded (the recording is closed by now).
