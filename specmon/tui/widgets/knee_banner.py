@@ -126,7 +126,10 @@ class KneeBanner(StyledWidget):
             if x is not None:
                 note = "within the noise" if definition == "plateau" and x.resolved is False else ""
                 return self._item(f"{definition} knee", x.concurrency, note, rates=rates, fleet=fleet)
-        return Text("no queueing or plateau knee yet", style=self.st("dim"))
+        if summary is not None and summary.ramp_end:  # the ramp ended: what it says about the knee
+            return Text(summary.ramp_end, style=self.st("warn"))
+        done = self.session.ramp_finished is not None  # (the banner holds the session's lock)
+        return Text("no queueing or plateau knee" + ("" if done else " yet"), style=self.st("dim"))
 
     def _pack(self, arm: ArmState, width: int) -> list[Text]:
         head = Text(no_wrap=True)
