@@ -137,7 +137,7 @@ def test_command_override_from_env():
     ("arms:\n  - {name: a, launch: {port: 70000, flags: {model_path: m}}}\n",
      "layouts/x.yaml: arms[0].launch.port: expected a value <= 65535, got 70000"),
     ("arms:\n  - {name: a, attach: 'http://h:1'}\npanes: [kv, nope]\n",
-     "layouts/x.yaml: panes: expected pane names from gpu, kv, accept, queue, throughput, ttft, arms, levels, knee, log, got 'nope'"),
+     "layouts/x.yaml: panes: expected pane names from gpu, kv, accept, queue, throughput, ttft, curve, arms, levels, knee, log, got 'nope'"),
 ])
 def test_bad_layouts_one_line(text, expected):
     assert bad(text) == expected

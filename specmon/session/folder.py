@@ -80,7 +80,7 @@ def public_url(url: str) -> str:
     return urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
 
 
-def _without_curves(e: ObservedKneesUpdated) -> ObservedKneesUpdated:
+def without_curves(e: ObservedKneesUpdated) -> ObservedKneesUpdated:
     # events.jsonl keeps each update's knees, not its curves (a 64-worker fleet's every 5 s would
     # be ~140 MB an hour); session.json keeps the newest curve of every arm.
     return dataclasses.replace(e, knees={a: dataclasses.replace(k, curve=[]) for a, k in e.knees.items()})
@@ -349,7 +349,7 @@ class SessionWriter:
                         self._late_marker(e)
                     return
                 if not isinstance(e, (RequestFinished, ObservedRequestsRead)):  # their CSVs are their record
-                    logged = _without_curves(e) if isinstance(e, ObservedKneesUpdated) else e
+                    logged = without_curves(e) if isinstance(e, ObservedKneesUpdated) else e
                     self._events.write_line(without_credentials(self._log.encode(_without_secrets(logged))) + "\n")
                 handler = self._handlers.get(type(e))
                 if handler is not None:
