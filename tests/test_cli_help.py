@@ -61,7 +61,7 @@ def test_subcommands_have_a_one_line_summary():
 
 
 def test_ramp_help_names_what_the_issue_found_bare():
-    # The flags `specmon ramp --help` listed without a word (issue 17), through the real entry point.
+    # The flags `specmon ramp --help` listed without a word, through the real entry point.
     out = subprocess.run([sys.executable, "-m", "specmon", "ramp", "--help"], capture_output=True, text=True,
                          timeout=60, env={"COLUMNS": "200", "PATH": ""})
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ D1 throughput plateau:
     eta_k = ((X_k - X_{k-1}) / (c_k - c_{k-1})) / (X_1 / c_1)
     = output tok/s added per added stream, relative to what one stream got at the first level.
     k* = first k with eta_k < 0.15 and eta_{k+1} < 0.15 (the point estimates, two consecutive
-    levels: the issue's rule); the knee is c_{k*-1}, the last level that still paid.
+    levels: the knee rule); the knee is c_{k*-1}, the last level that still paid.
     How sure that is: X_k carries sampling noise (LevelResult.output_tok_s_se, batch means of
     5 s batches, analysis/levels.py), and with steps of 2 streams a 2 % wobble of X is a swing
     of +-0.3 in eta. upper95(eta_k) = eta_k + t x SE(eta_k), a one-sided 95 % bound; SE(eta_k)
