@@ -34,9 +34,22 @@ SLOW: dict[str, "set[str] | None"] = {
     },
     "test_launch_shutdown.py": ALL,
     "test_load_client.py": {
+        "test_sse_events_in_other_legal_shapes_read_the_same",
         "test_cancelled_request_closes_its_stream_and_the_server_aborts_it",
         "test_server_dying_mid_stream_and_a_stalled_server",
         "test_stale_keepalive_is_resent_and_refused_connection_recorded",
+    },
+    "test_memory_bounds.py": {
+        "test_a_level_longer_than_its_ring_reads_its_first_samples_back",
+        "test_attach_keeps_no_samples_and_records_every_tick",
+    },
+    "test_requests_rid.py": {
+        "test_every_request_row_carries_the_servers_rid_as_the_wire_log_has_it",
+    },
+    "test_sim_gpu.py": {
+        "test_simulated_arms_show_their_simulated_card_in_the_gpu_panes",
+        "test_a_server_that_does_not_say_it_is_the_simulator_is_never_asked",
+        "test_the_simulator_publishes_its_card_fp8_has_the_smaller_pool_and_power_rises_with_load",
     },
     "test_prefix_cache_live.py": ALL,
     "test_prefix_demo.py": ALL,
@@ -59,6 +72,7 @@ SLOW: dict[str, "set[str] | None"] = {
         "test_skip_ends_a_level_and_cancels_in_flight",
     },
     "test_ramp_workloads.py": {
+        "test_shared_prefixes_hit_the_cache_and_buy_ttft",
         "test_rate_levels_offer_seeded_arrivals_and_cut_an_over_saturated_level",
         "test_slo_search_brackets_the_full_ramps_knee",
     },
@@ -90,6 +104,7 @@ SLOW: dict[str, "set[str] | None"] = {
         "test_fuzz_the_fast_path_reads_what_the_parser_reads_or_hands_it_over",
     },
     "test_sources_live.py": {
+        "test_one_arm_under_load",
         "test_server_dies_and_returns_gap_visible",
         "test_slow_metrics_never_delay_the_other_arms",
         "test_three_arms_one_refused_one_without_metrics",
