@@ -60,7 +60,8 @@ def test_the_gateway_is_the_ramps_arm_and_each_level_has_a_row_per_worker(fleet_
     gw_arm = f":{fleet_ramp['gw'].url.rsplit(':', 1)[1]}"
     with open(out / "levels.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert header == LEVEL_COLUMNS and header[-1] == "worker"
+    # Columns are only ever appended: worker keeps its place, the acceptance columns follow it.
+    assert header == LEVEL_COLUMNS and header[header.index("worker") + 1:] == ["accept_rate", "accept_hist"]
     levels = rows(out / "levels.csv")
     assert len(levels) == len(LEVELS) * 4
     for i, c in enumerate(LEVELS):
