@@ -193,7 +193,7 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
                 judged[phase] += 1
                 problems.extend(f"{phase}: {p}" for p in check_equal(s, a))
                 problems.extend(f"{phase}: {p}" for p in csv_row_matches(tmp_path / "s" / "samples.csv", s))
-                if phase == "loaded" and l0 == l1 and l1 is not None:
+                if phase == "loaded" and l0 == l1 and l1 is not None and not idle_report(a):
                     log_checked += 1
                     problems.extend(f"log: {p}" for p in log_agrees(l1, a))
 
@@ -218,6 +218,13 @@ async def test_attach_equals_sglang_idle_and_loaded(real, tmp_path):
         assert busy and all(b is None for b in busy)
     else:
         assert [b for b in busy if b is not None] and all(0 <= b <= 1 for b in busy if b is not None), busy
+
+
+def idle_report(g: dict[str, float]) -> bool:
+    """0.5.23 publishes its gauges when the running batch empties, without a log line
+    (metrics_reporter's idle path: running and queue counted afresh, gen throughput set to 0), so
+    the newest log line is then older than the gauges. 0.5.10 publishes only with a log line."""
+    return g.get("num_running_reqs") == 0 and g.get("num_queue_reqs") == 0 and g.get("gen_throughput") == 0
 
 
 def log_agrees(line: str, g: dict[str, float]) -> list[str]:

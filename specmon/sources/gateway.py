@@ -382,6 +382,51 @@ def engine_sample(name: str, w: RegistryWorker, engine: dict[int, dict[str, floa
     return s
 
 
+def _engine_load_sample(name: str, w: RegistryWorker, load: Optional[WorkerLoad],
+                        engine: dict[int, dict[str, float]], now: float) -> Sample:
+    """engine_sample, with the token counts /get_loads (smg 1.x, with the admin key) adds where
+    it answered: the smg_engine_* series carry the usage ratio only."""
+    s = engine_sample(name, w, engine, now)
+    by_rank = {r.dp_rank: r for r in load.ranks} if load is not None else {}
+    for r in s.ranks or []:
+        got = by_rank.get(r.dp_rank)
+        if got is not None:
+            r.kv_used_tokens, r.kv_capacity_tokens = got.kv_used_tokens, got.kv_capacity_tokens
+    if not s.ranks and 0 in by_rank:
+        s.kv_used_tokens, s.kv_capacity_tokens = by_rank[0].kv_used_tokens, by_rank[0].kv_capacity_tokens
+    elif s.ranks and by_rank:
+        with_ranks(s, s.ranks)
+    return s
+
+
+def overlay_load(counters: Sample, live: Optional[Sample], counters_age_s: float) -> Sample:
+    """A worker's Sample from the gateway's /engine_metrics (counters, histograms, up to a period
+    old) with this poll's load over it (running, queued, KV, gen tok/s per DP rank, from
+    smg_engine_* and /get_loads). KV tokens follow the newer usage where the pool size is known."""
+    out = counters
+    if live is not None:
+        for f in ("running_reqs", "queued_reqs", "kv_usage", "gen_tok_s_gauge"):
+            v = getattr(live, f)
+            if v is not None:
+                setattr(out, f, v)
+        if live.ranks:
+            old = {r.dp_rank: r for r in out.ranks or []}
+            for r in live.ranks:
+                was = old.get(r.dp_rank)
+                if r.kv_capacity_tokens is None and was is not None:
+                    r.kv_capacity_tokens = was.kv_capacity_tokens
+                if r.kv_used_tokens is None and r.kv_usage is not None and r.kv_capacity_tokens:
+                    r.kv_used_tokens = round(r.kv_usage * r.kv_capacity_tokens)
+            with_ranks(out, live.ranks)
+        elif live.kv_used_tokens is not None:
+            out.kv_used_tokens, out.kv_capacity_tokens = live.kv_used_tokens, live.kv_capacity_tokens or out.kv_capacity_tokens
+        elif live.kv_usage is not None and out.kv_capacity_tokens:
+            out.kv_used_tokens = round(live.kv_usage * out.kv_capacity_tokens)
+    out.stale_s = counters_age_s
+    out.reason = "load from the gateway's smg_engine_* series, counters from its /engine_metrics"
+    return out
+
+
 def _sample_line(line: str) -> tuple[Optional[str], dict[str, str], float]:
     """(name, labels, value) of one exposition line, or (None, {}, nan)."""
     try:
@@ -812,25 +857,20 @@ class GatewayFleet:
         counts from /get_loads where it answered), else its share of /engine_metrics (newest within
         two periods), else the loads fan-out alone."""
         eng = self._engine.get(w.url)
-        if eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s and not engine:
+        fresh = eng is not None and now - eng[0] <= 2 * self.engine_metrics_every_s + self.timeout_s
+        if fresh and not engine:
             s = eng[1]
             out = Sample(**{**s.__dict__, "ts": now, "arm": name})
             out.stale_s = round(now - eng[0], 3)
             out.reason = "from the gateway's /engine_metrics"
             return out
+        if engine and fresh:
+            # both: /engine_metrics was asked because the session wants the worker's counters and
+            # histograms (smg_engine_* have none); this poll's smg_engine_* give the load as it is now
+            live = _engine_load_sample(name, w, load, engine, now)
+            return overlay_load(Sample(**{**eng[1].__dict__, "ts": now, "arm": name}), live, round(now - eng[0], 3))
         if engine:
-            s = engine_sample(name, w, engine, now)
-            # /get_loads (smg 1.x, with the admin key) adds the token counts the series leave out
-            by_rank = {r.dp_rank: r for r in load.ranks} if load is not None else {}
-            for r in s.ranks or []:
-                got = by_rank.get(r.dp_rank)
-                if got is not None:
-                    r.kv_used_tokens, r.kv_capacity_tokens = got.kv_used_tokens, got.kv_capacity_tokens
-            if not s.ranks and 0 in by_rank:
-                s.kv_used_tokens, s.kv_capacity_tokens = by_rank[0].kv_used_tokens, by_rank[0].kv_capacity_tokens
-            elif s.ranks and by_rank:
-                with_ranks(s, s.ranks)
-            return s
+            return _engine_load_sample(name, w, load, engine, now)
         if load is None:
             if w.healthy is False:  # smg 1.x lists no load for a worker it cannot reach
                 return Sample(ts=now, arm=name, up=False, state="down", source="gateway", worker=w.url, role=w.role,
