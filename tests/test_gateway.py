@@ -144,11 +144,13 @@ def test_one_arm_per_worker_and_the_gateway_header(regular):
     assert all(w.active_requests == 0 for w in st.workers)  # nothing in flight now
     # smg 1.x merges worker b's dp_rank series with a's (sglang-router 0.3.2 answered 500 here:
     # tests/test_gateway_fixtures.py); its reading of each worker is its smg_engine_* series once its
-    # load monitor has read the worker (every second here), its /engine_metrics until then
+    # load monitor has read the worker (every second here), its /engine_metrics until then, and
+    # both together (counters from /engine_metrics, the load over them) once both have answered
     assert st.reason is None
     for s in second.samples.values():
         assert s.up and s.source == "gateway" and s.reason in (
-            "from the gateway's smg_engine_* series", "from the gateway's /engine_metrics")
+            "from the gateway's smg_engine_* series", "from the gateway's /engine_metrics",
+            "load from the gateway's smg_engine_* series, counters from its /engine_metrics")
     b_name = f"127.0.0.1:{hb.port}"
     assert [r.dp_rank for r in second.samples[b_name].ranks] == [0, 1]
 

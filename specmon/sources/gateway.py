@@ -793,6 +793,8 @@ class GatewayFleet:
             await self._read_engine_metrics(done["engine"], registry, now, wanted)
         elif wanted is not None and (not wanted or covered):
             self._engine_problem = None  # not asked for: every worker answers specmon itself, or smg_engine_* cover them
+            if covered:
+                self._engine.clear()  # no counters over the load from here on, rather than ones that age out
         if self._engine_problem:
             reasons.append(self._engine_problem)
 
