@@ -131,6 +131,18 @@ def _check_host(text: str) -> str:
     return text
 
 
+def _rotate(text: str) -> Any:
+    from specmon.session.segments import check_rotate
+    return check_rotate(text)
+
+
+def _retain(text: str) -> Any:
+    from specmon.session.segments import parse_age_or_size
+    return parse_age_or_size(text)
+
+
+_rotate_t = _typed(str, _rotate, "age or size")
+_retain_t = _typed(str, _retain, "age or size")
 _port = _typed(_int, _check_port, "port")
 _host = _typed(str, _check_host, "host")
 
@@ -252,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the folder a server on this host writes with --export-metrics-to-file-dir: each finished "
                         "request's TTFT, queue time and lengths, read (never written) as the files grow; NAME=DIR "
                         "when several servers are watched")
+    p.add_argument("--rotate", type=_rotate_t, default=(3600.0, None), metavar="AGE|SIZE",
+                   help="close events.jsonl, samples.csv and gpus.csv into a gzip-compressed segment this often "
+                        "(e.g. 1h, the default) or at this size (e.g. 256M); the open segment stays plain and flushed; "
+                        "replay reads the segments in order")
+    p.add_argument("--retain", type=_retain_t, default=None, metavar="AGE|SIZE",
+                   help="delete the oldest closed segments once older than AGE (e.g. 7d) or while the folder is "
+                        "larger than SIZE (e.g. 20G); the open segment is never deleted (default: keep all)")
     _add_metrics_options(p)
     _add_prometheus_options(p)
 

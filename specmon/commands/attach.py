@@ -14,11 +14,24 @@ with `--export-metrics-to-file-dir`; its lines are read, never written or locked
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from specmon.session.segments import Rotation
 
 from specmon.wiring import (
     arms_from_args, exit_code, gateway_fleets, gateway_key_var, prometheus_fleets, require_an_answer, run_front_end,
     start_metrics,
 )
+
+
+def rotation(rotate: tuple, retain: Optional[tuple]) -> "Rotation":
+    """--rotate and --retain (each an age or a size, parsed by the flags' type) as one Rotation."""
+    from specmon.session.segments import Rotation
+
+    every_s, max_bytes = rotate
+    retain_s, retain_bytes = retain or (None, None)
+    return Rotation(every_s=every_s, max_bytes=max_bytes, retain_s=retain_s, retain_bytes=retain_bytes)
 
 
 def run(args) -> int:
@@ -41,7 +54,7 @@ def run(args) -> int:
     consumers = start_metrics(args.metrics_port, args.metrics_host)  # --metrics-port: listening now
     live = LiveSession(arms, interval=args.interval, out_dir=Path(args.out) if args.out else None,
                        isl=args.isl, osl=args.osl, mode="attach", consumers=consumers, fleets=fleets,
-                       request_metrics=request_metrics)
+                       request_metrics=request_metrics, rotation=rotation(args.rotate, args.retain))
     title = "specmon attach " + " ".join([a.url for a in arms] + [f.url for f in gateways]
                                          + [f"--prometheus {f.url}" for f in prometheus])
     reason = run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)

@@ -402,6 +402,12 @@ class EventLogEncoder:
         self._since_full: dict[str, int] = {}
         self._started = False
 
+    def header(self, **extra: Any) -> str:
+        """The format line now (a rotated segment's first line, with what it carries), not
+        before the first tick."""
+        self._started = True
+        return json.dumps({"type": "EventLog", "format": LOG_FORMAT, **extra}, separators=(",", ":"), default=str)
+
     def encode(self, e: model.Event) -> str:
         kind = type(e).__name__
         if kind not in DELTA_TYPES:
@@ -432,6 +438,9 @@ class EventLogDecoder:
         self._types = types_by_name or event_types()
         self._prev: dict[str, dict[str, Any]] = {}
         self._mem: dict[str, dict] = {}
+        # A rotated segment's format line carries the session's start and each arm's server info
+        # (segments.py): here after reading it, for a reader that starts at that segment.
+        self.carried: list[model.Event] = []
 
     def decode(self, line: str) -> Optional[model.Event]:
         try:
@@ -446,6 +455,10 @@ class EventLogDecoder:
             if type(fmt) is not int or fmt > LOG_FORMAT:
                 raise EventDecodeError(f"event log format {fmt!r}; this specmon reads up to {LOG_FORMAT}")
             self._prev, self._mem = {}, {}
+            carry = obj.get("carry") or []
+            if type(carry) is not list or any(type(x) is not dict for x in carry):
+                raise EventDecodeError("a segment's 'carry' is a list of events")
+            self.carried = [_decode_obj(dict(x), self._types) for x in carry]
             return None
         if kind not in DELTA_TYPES:
             return _decode_obj(obj, self._types)

@@ -23,6 +23,10 @@ atomically: at once for the session's start, the ramp, a level, a mark and the e
 tick (or the close) for server info, fleet changes and predicted knees, which come in bursts.
 A value that is not known is an empty cell (codec.py).
 
+With rotation (attach --rotate, segments.py), events.jsonl, samples.csv and gpus.csv are closed
+together after a tick into segment N (`samples.000001.csv`, then gzip-compressed off this thread)
+and opened afresh under their plain names; --retain deletes the oldest closed segments.
+
 `read_meta` reads session.json back as a typed `SessionMeta`; it accepts folders recorded
 before the event log existed (missing keys keep their defaults).
 """
@@ -57,6 +61,7 @@ from specmon.model import (
 )
 from specmon.analysis.knee import label_knee
 from specmon.session import codec
+from specmon.session.segments import ROTATED_FILES, Rotation, SegmentKeeper, next_segment, segment_name
 from specmon.urls import without_credentials
 
 EVENTS_FILE = "events.jsonl"
@@ -226,6 +231,10 @@ class _AppendFile:
     def empty(self) -> bool:
         return self._end == 0
 
+    @property
+    def size(self) -> int:
+        return self._end
+
     def write_line(self, text: str) -> None:
         data = text.encode("utf-8")
         start = self._end
@@ -274,6 +283,10 @@ class _CsvFile:
         if buf.tell():
             self._file.write_line(buf.getvalue())
 
+    @property
+    def size(self) -> int:
+        return self._file.size
+
     def close(self) -> None:
         self._file.close()
 
@@ -297,16 +310,21 @@ def check_writable(out_dir: Path) -> None:
 class SessionWriter:
     """Called with every event of a session, in order; writes the folder (table above)."""
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, rotation: Optional[Rotation] = None):
         try:
-            self._start(out_dir)
+            self._start(out_dir, rotation)
         except (RecordingError, OSError) as e:  # a disk already full: one line, before any work
             words = str(e) if isinstance(e, RecordingError) else f"cannot write ({e.strerror or e})"
             raise UsageError(f"--out {out_dir}: {words}; free some space or give another folder") from None
 
-    def _start(self, out_dir: Path) -> None:
+    def _start(self, out_dir: Path, rotation: Optional[Rotation]) -> None:
         self.out_dir = Path(out_dir)
         check_writable(self.out_dir)
+        # attach --rotate/--retain (segments.py): the growing files closed into segments
+        self._rotation = rotation
+        self._keeper = SegmentKeeper(self.out_dir, rotation, self._keeper_failed) if rotation else None
+        self._segment_start = clock.wall()
+        self._carry: dict[Any, Event] = {}  # what a rotated segment's first line carries
         self._lock = threading.RLock()  # the supervisor's log readers emit from their threads
         self._samples = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
         self._requests = _CsvFile(self.out_dir / "requests.csv", REQUEST_COLUMNS)
@@ -361,6 +379,7 @@ class SessionWriter:
 
     # ---- handlers ----------------------------------------------------------------------------
     def _on_started(self, e: SessionStarted) -> None:
+        self._carry["start"] = e
         self.meta.mode, self.meta.interval_s = e.mode, e.interval_s
         self.meta.start_ts, self.meta.start_time = e.ts, _iso(e.ts)
         self.meta.arms = [_arm_meta(a) for a in e.arms]
@@ -371,6 +390,7 @@ class SessionWriter:
         self._write_meta()
 
     def _on_info(self, e: ArmInfoUpdated) -> None:
+        self._carry[("info", e.arm)] = e
         arm = self.meta.arm(e.arm)
         if arm is None:
             arm = ArmMeta(name=e.arm)
@@ -390,6 +410,44 @@ class SessionWriter:
             self._write_gpus(e.gpus, e.ts)
         if self._meta_due:
             self._write_meta()
+        if self._rotation is not None and self._rotation_due():
+            self._rotate()
+
+    def _rotation_due(self) -> bool:
+        r = self._rotation
+        assert r is not None
+        if r.every_s is not None and clock.wall() - self._segment_start >= r.every_s:
+            return True
+        return r.max_bytes is not None and (
+            self._events.size + self._samples.size + self._gpus.size >= r.max_bytes)
+
+    def _rotate(self) -> None:
+        """Closes events.jsonl, samples.csv and gpus.csv into segment N together (after a whole
+        tick) and opens them afresh: each new one starts with what a reader needs to begin there
+        (a CSV header; the log's format line with the session's start and arms' info, then a full
+        tick; every simulated card's row again)."""
+        assert self._keeper is not None
+        n = next_segment(self.out_dir)
+        for f in (self._events, self._samples, self._gpus):
+            f.close()
+        for name in ROTATED_FILES:
+            src = self.out_dir / name
+            if src.exists():
+                os.replace(src, self.out_dir / segment_name(name, n))
+        self._samples = _CsvFile(self.out_dir / "samples.csv", SAMPLE_COLUMNS)
+        self._gpus = _CsvFile(self.out_dir / "gpus.csv", GPU_COLUMNS)
+        self._events = _AppendFile(self.out_dir / EVENTS_FILE)
+        self._sim_cards.clear()
+        self._log = codec.EventLogEncoder()
+        carry = [json.loads(codec.encode_event(_without_secrets(e))) for e in self._carry.values()]
+        self._events.write_line(without_credentials(self._log.header(segment=n + 1, carry=carry)) + "\n")
+        self._segment_start = clock.wall()
+        self._keeper.closed(n)
+
+    def _keeper_failed(self, words: str) -> None:
+        # from the keeper's thread, without the lock: close() may hold it while waiting on the keeper
+        if self.error is None:
+            self.error = words
 
     def _write_gpus(self, snap: GpuSnapshot, ts: float) -> None:
         """Every GPU of this tick (stamped with the tick's ts, so replay pairs them with its
@@ -526,3 +584,5 @@ class SessionWriter:
                 if f is not None:
                     f.close()
             self.closed = True
+        if self._keeper is not None:  # the last closed segment compressed before the folder is done
+            self._keeper.wait(timeout=120)

@@ -48,6 +48,7 @@ from specmon.sources.simgpu import SimulatedGpuPoller, attach_simulated, with_si
 if TYPE_CHECKING:
     from specmon.session.ramp import RampDriver
     from specmon.analysis.request_windows import RequestWindowFeed
+    from specmon.session.segments import Rotation
 
 # The samples a ramp level's statistics read (RampHost.samples_for) are its own: in memory only
 # while a level runs, from its start, at most SAMPLES_KEPT of them across the arms (a Sample is
@@ -98,6 +99,7 @@ class LiveSession:
         consumers: Sequence[Emit] = (),
         fleets: Sequence[FleetSource] = (),
         request_metrics: Sequence["RequestWindowFeed"] = (),
+        rotation: Optional["Rotation"] = None,
     ):
         clock.anchor()  # the session's stamps start from the system clock as it reads now
         self.arms = list(arms)
@@ -128,7 +130,9 @@ class LiveSession:
         self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
         self._scraped: dict[str, Sample] = {}  # fleet worker -> its newest scrape's Sample (scraped in turn)
         self._scraped_ts: dict[str, float] = {}  # ... and when that scrape's tick was
-        self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir) if record else None
+        self.writer: Optional[SessionWriter] = SessionWriter(
+            # a ramp level reads its samples back from samples.csv by offset: no rotation under a ramp
+            self.out_dir, rotation=rotation if ramp is None else None) if record else None
         self._nvml = nvml
         self._simgpu = SimulatedGpuPoller(keep_s=3 * interval, every_s=max(interval, 2.0))  # simulated arms' cards
         self._collectors: dict[str, ArmCollector] = {}

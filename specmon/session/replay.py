@@ -28,7 +28,7 @@ from specmon.model import (
     LevelProgress, LevelResult, LevelStarted, Marker, RampFinished, Sample, SamplesTick,
     SessionEnded, SessionStarted,
 )
-from specmon.session import codec
+from specmon.session import codec, segments
 from specmon.session.folder import EVENTS_FILE, SessionMeta, read_meta
 from specmon.session.source import Emit
 
@@ -47,36 +47,44 @@ def _from_row(cls: type, row: dict[str, Optional[str]], where: str) -> Any:
 
 
 def read_event_log(path: Path) -> list[Event]:
-    """events.jsonl back into events. A torn last line (the process was killed mid-write) is
-    dropped; any other bad line is one clear error naming the file and line."""
+    """events.jsonl back into events: its rotated segments first, oldest first, compressed or not
+    (segments.py), then the open file. A torn last line (the process was killed mid-write) is
+    dropped; any other bad line is one clear error naming the file and line. When retention
+    deleted the first segments, the session's start and arms' server info come from what the
+    oldest one left carries."""
     decoder = codec.EventLogDecoder(codec.event_types())  # format 1 (every tick in full) or 2 (changes)
     events: list[Event] = []
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    last = len(lines) - 1
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            e = decoder.decode(line)
-            if e is not None:
-                events.append(e)
-        except (codec.EventDecodeError, TypeError, KeyError, ValueError) as e:
-            if i == last:
-                break  # no newline yet: the line was being written when the recording stopped
-            raise UsageError(f"{path}:{i + 1}: expected a specmon event ({e})") from None
+    first = True
+    for seg, lines in segments.iter_lines(Path(path)):
+        last = len(lines) - 1
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                e = decoder.decode(line)
+                if e is not None:
+                    events.append(e)
+                elif first and decoder.carried and not any(isinstance(x, SessionStarted) for x in events):
+                    events.extend(decoder.carried)
+            except (codec.EventDecodeError, TypeError, KeyError, ValueError) as e:
+                if i == last:
+                    break  # no newline yet: the line was being written when the recording stopped
+                raise UsageError(f"{seg}:{i + 1}: expected a specmon event ({e})") from None
+            first = False
     return events
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; expected a specmon session CSV")
-        return list(reader)
+    """A session CSV's rows, its rotated segments first (each has its own header)."""
+    rows: list[dict[str, str]] = []
+    for seg in segments.segment_paths(path):
+        with segments.open_text(seg) as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise UsageError(f"{seg}: missing column(s) {', '.join(missing)}; expected a specmon session CSV")
+            rows.extend(reader)
+    return rows
 
 
 def _arm_info(args: Optional[dict], time_scale: Optional[float]) -> Optional[ArmInfo]:
@@ -162,7 +170,7 @@ def _opt(row: dict[str, str], col: str, conv: Callable[[float], Any], where: str
 
 def _load_gpus(path: Path) -> dict[float, GpuSnapshot]:
     """gpus.csv (absent in sessions recorded before it existed) back into one snapshot per tick."""
-    if not path.exists():
+    if not segments.has_segments(path):
         return {}
     snaps: dict[float, GpuSnapshot] = {}
     for i, row in enumerate(_read_csv(path, ("ts", "gpu")), start=2):
@@ -325,7 +333,7 @@ class ReplaySource:
             raise UsageError(f"--speed: expected a positive number, got {speed}")
         folder = Path(session_dir)
         log = folder / EVENTS_FILE
-        if log.exists() and (folder / "session.json").exists():
+        if segments.has_segments(log) and (folder / "session.json").exists():
             self.events = read_event_log(log)
             started = next((e for e in self.events if isinstance(e, SessionStarted)), None)
             self.arms: list[ArmSpec] = list(started.arms) if started is not None else []
