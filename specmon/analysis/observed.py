@@ -64,10 +64,20 @@ class _Bin:
     queue_w: float = 0.0
     ttft_s: float = 0.0
     ttft_w: float = 0.0
+    # queue time's share of TTFT, sample by sample (each at most 1), weighted by seconds: what says
+    # whether the bin queues. The bin's mean queue time over its mean TTFT does not: one request
+    # cohort finishing together at a capped server shows running 4 of 12 for a sample while the
+    # histograms' window holds seconds of queueing, and a few such samples (queue 1-4 s) outweighed
+    # a whole level's steady 15 ms at 4 running (it called the knee at 4 against the ramp's 12).
+    share_s: float = 0.0
+    share_w: float = 0.0
     kv_max: Optional[float] = None
     capped_s: float = 0.0  # seconds at the request cap
     kv_full_s: float = 0.0  # seconds with no free and no evictable KV left, or retracting (0.5.23)
     busy_max: Optional[float] = None  # the scheduler's busy share, highest (0.5.23)
+
+    def queue_share(self) -> Optional[float]:
+        return self.share_s / self.share_w if self.share_w else None
 
     def point(self) -> CurvePoint:
         return CurvePoint(
@@ -140,6 +150,9 @@ class OperatingCurve:
         if s.ttft_mean_s is not None:
             b.ttft_s += s.ttft_mean_s * dt
             b.ttft_w += dt
+            if s.queue_time_mean_s is not None and s.ttft_mean_s > 0:
+                b.share_s += min(1.0, s.queue_time_mean_s / s.ttft_mean_s) * dt
+                b.share_w += dt
         kv = s.kv_usage
         if kv is None and s.kv_used_tokens is not None and (s.kv_capacity_tokens or self.kv_capacity):
             kv = s.kv_used_tokens / (s.kv_capacity_tokens or self.kv_capacity)
@@ -174,7 +187,7 @@ class OperatingCurve:
         floor = max(MIN_BIN_S, MIN_BIN_SHARE * self.evidence_s)
         used = [p for p in points if p.evidence_s >= floor]
         plateau = _plateau(used)
-        onset = _queue_onset(used)
+        onset = _queue_onset(used, {p.running: self.bins[p.running].queue_share() for p in used})
         candidates = [c for c in (plateau, onset) if c is not None]
         if not candidates:
             return ObservedKnee(
@@ -254,18 +267,19 @@ def _plateau(points: list[CurvePoint]) -> Optional[int]:
     return plateau
 
 
-def _queues(p: CurvePoint, base_queue_s: float) -> bool:
-    """Requests wait in this bin: one waited in most of its seconds, or queue time is most of TTFT
-    and has risen above the lightest load's (a server whose prefill keeps up only in bursts shows
-    this before the first; a scheduler's few-millisecond admission wait is not queueing)."""
+def _queues(p: CurvePoint, base_queue_s: float, share: Optional[float]) -> bool:
+    """Requests wait in this bin: one waited in most of its seconds, or queue time was most of
+    TTFT (`share`: sample by sample, over the bin's seconds) and has risen above the lightest
+    load's (a server whose prefill keeps up only in bursts shows this before the first; a
+    scheduler's few-millisecond admission wait is not queueing)."""
     if (p.queued_share or 0) >= QUEUED_SHARE:
         return True
-    if p.queue_s is None or not p.ttft_s:
+    if p.queue_s is None or share is None:
         return False
-    return p.queue_s / p.ttft_s >= QUEUE_TTFT_SHARE and p.queue_s > QUEUE_RISE * base_queue_s
+    return share >= QUEUE_TTFT_SHARE and p.queue_s > QUEUE_RISE * base_queue_s
 
 
-def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
+def _queue_onset(points: list[CurvePoint], shares: dict[int, Optional[float]]) -> Optional[int]:
     """The running count that best splits the curve into bins that do not queue (below) and bins
     that do (at and above), by seconds of evidence on the wrong side; None when no split beats
     "nothing queues". A burst that came and went at a low count, or a low count passed through
@@ -273,7 +287,7 @@ def _queue_onset(points: list[CurvePoint]) -> Optional[int]:
     pts = [p for p in points if p.running > 0]
     light = sorted(p.queue_s for p in pts[:3] if p.queue_s is not None)
     base = light[len(light) // 2] if light else 0.0  # the lightest load's queue time (median of 3)
-    flags = [_queues(p, base) for p in pts]
+    flags = [_queues(p, base, shares.get(p.running)) for p in pts]
     # wrong seconds with the onset at pts[i]: queueing bins below + non-queueing bins at and above
     wrong_above = sum(p.evidence_s for p, q in zip(pts, flags) if not q)
     wrong_below = 0.0

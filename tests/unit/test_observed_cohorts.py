@@ -1,0 +1,41 @@
+"""A request-capped server's cohorts: past the cap, a cohort of equal requests finishes together
+and running drops to a few for a sample while the histograms' window still holds seconds of
+queueing. Those passing moments must not make a light load's bin look queued (they once called
+the observed knee of a server capped at 12 at 4 running)."""
+
+from __future__ import annotations
+
+from specmon.analysis.observed import OperatingCurve
+from specmon.model import ArmInfo, Sample
+
+
+def capped_ramp(curve: OperatingCurve, cap: int = 12, levels=(2, 4, 8, 12, 16, 24), level_s: int = 100,
+                cohort_every: int = 10) -> None:
+    """Closed-loop levels against a server capped at `cap`: below it nothing waits (queue ~20 %
+    of a short TTFT); past it running sits at the cap with the rest queued and queue time climbing,
+    except every `cohort_every`-th second, when a cohort has just finished and running shows 4."""
+    t, queue = 0.0, 0.0
+    for c in levels:
+        for i in range(level_s):
+            t += 1.0
+            running, queued = min(c, cap), max(0, c - cap)
+            if queued:
+                queue = min(4.0, queue + 0.02)
+                if i % cohort_every == cohort_every - 1:
+                    running = 4
+            q = queue if queued else 0.003 * running + 0.005
+            curve.add(Sample(ts=t, arm=curve.arm, up=True, running_reqs=running, queued_reqs=queued,
+                             gen_tok_s=40.0 * running, kv_usage=0.004 * running, queue_time_mean_s=q,
+                             ttft_mean_s=q + 0.06))
+
+
+def test_cohort_moments_past_the_cap_leave_the_knee_at_the_cap():
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=12, kv_capacity_tokens=175_000))
+    capped_ramp(c)
+    k = c.knee()
+    assert k.queue_onset == 12 and k.concurrency == 12 and k.limit == "request_cap", k
+    # the moments are still on the curve: the 4 bin holds them, its mean queue time well up
+    four = next(p for p in k.curve if p.running == 4)
+    assert four.queue_s > 0.1 and four.evidence_s == 120.0, four
+
