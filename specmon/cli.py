@@ -16,6 +16,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from specmon import __version__
 from specmon.errors import ServerError, UsageError
+from specmon.sources.pace import MAX_GETS_PER_S
 from specmon.bounds import (
     ARRIVALS, MAX_BURSTINESS, MAX_LEVEL, MAX_PREFIX_GROUPS, MAX_RATE, MAX_TURNS, check_category, check_count,
     check_interval, check_levels, check_positive, check_rates, check_seconds, check_seed, check_share, check_tokens,
@@ -152,7 +153,9 @@ OUT_HELP = "session folder to record into (default ./specmon-sessions/<date-time
 HEADLESS_HELP = "no TUI: one line per tick and the per-level table on stdout (the same CSVs are written)"
 NAME_HELP = "a server under a name of your choice (repeatable); the name labels its panel and its CSV rows"
 API_KEY_HELP = "environment variable that holds the servers' API key (sent as a bearer token, never written)"
-INTERVAL_HELP = "seconds between scrapes (default 1; at least 0.1: each server is asked at most 10 times a second)"
+INTERVAL_HELP = (f"seconds between scrapes (default 1; at least 0.1); whatever the interval and however many arms "
+                 f"watch it, one server is sent at most {MAX_GETS_PER_S} requests a second (GETs of /metrics, "
+                 f"/server_info, /v1/loads together; a scrape past that waits)")
 GATEWAY_KEY_HELP = ("environment variable holding the gateway's admin key (smg 1.x asks it on /workers and "
                     "/get_loads); sent as the bearer there, never written")
 URLS_HELP = "SGLang server (or gateway) base URL, e.g. http://127.0.0.1:30000"

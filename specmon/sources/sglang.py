@@ -33,6 +33,7 @@ from specmon import clock
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
 from specmon.sources import http
+from specmon.sources.pace import pace_for
 from specmon.sources import sglang_names as names
 from specmon.sources.derive import ScrapeWindow
 from specmon.sources.prom import MetricsSnapshot
@@ -217,6 +218,7 @@ class ArmCollector:
         self.spec = spec
         self.base = spec.url.rstrip("/")
         self.shown = without_credentials(self.base)  # the URL as reasons say it: never a password
+        self._pace = pace_for(self.base)  # the per-server ceiling on GETs a second (pace.py)
         self.timeout_s = timeout_s
         self.deadline_s = timeout_s if deadline_s is None else deadline_s
         self.metrics_max_bytes = metrics_max_bytes
@@ -289,6 +291,10 @@ class ArmCollector:
     async def _get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
         """GET `path`: (status, body). The body is read only for a 200, streaming, and _TooLarge
         stops it past `max_bytes` (counted after any Content-Encoding is undone)."""
+        async with self._pace.slot():
+            return await self._get_now(path, max_bytes)
+
+    async def _get_now(self, path: str, max_bytes: int) -> tuple[int, bytes]:
         if self._lean is not None:
             return await self._lean_get(path, max_bytes)
         import httpx

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
 
 from specmon.model import SamplesTick
 from specmon.session import segments
