@@ -595,6 +595,16 @@ class Supervisor:
             out[self.gateway.name] = self.gateway.cause or "failed"
         return out
 
+    def startup_phases(self, arm: str) -> Optional[dict[str, float]]:
+        """The launched arm's start-up seconds by phase as its log printed them (0.5.23's timings
+        line, 0.5.10's elapsed lines); None for an arm not launched here or before any such line.
+        For an ArmInfo whose /server_info has no startup_time (0.5.10)."""
+        a = self.launched.get(arm)
+        if a is None:
+            return None
+        with a.lock:
+            return a.state.startup_s
+
     def fill_from_log(self, s: Sample) -> Sample:
         """Fill what a scrape left unknown from the arm's log lines (works without --enable-metrics);
         mark a dead arm failed with its cause."""

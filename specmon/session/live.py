@@ -609,7 +609,15 @@ class LiveSession:
             if c.info is None or self._info_seen.get(name) == c.info_version:
                 continue
             self._info_seen[name] = c.info_version
-            emit(ArmInfoUpdated(arm=name, info=c.info, source=c.mode))
+            info = c.info
+            if info.startup_s is None and self.supervisor is not None:
+                # launch mode, a server whose /server_info has no startup_time (0.5.10): the phases
+                # its log printed. The collector's info stays as the server said it, so the next
+                # /server_info poll compares equal and is not announced again.
+                phases = self.supervisor.startup_phases(name)
+                if phases:
+                    info = dataclasses.replace(info, startup_s=phases)
+            emit(ArmInfoUpdated(arm=name, info=info, source=c.mode))
             if name not in self._predicted:
                 knee = predict_knee(c.info, self.isl, self.osl, c.last_new_token_ratio)
                 if knee is not None:

@@ -147,16 +147,30 @@ _PHASES: list[tuple[re.Pattern, str]] = [
 
 # 0.5.23 (sglang_names.LOG["startup_timings"]): `Engine startup timings (s): load_weight=0.04,
 # kv_cache_allocation=0.66, scheduler_e2e=2.32, cuda_graph={prefill=0.00, decode=0.00, ...},
-# tokenizer_e2e=43.79`; a braced group is summed into its phase. 0.5.10 prints no such line, only
-# `Load weight end. elapsed=0.04 s`.
+# tokenizer_e2e=43.79`; a braced group is summed into its phase. 0.5.10 prints no such line; its
+# start-up seconds are the `elapsed` of single phases (startup_elapsed below).
 _STARTUP_TIMINGS = re.compile(re.escape(names.LOG["startup_timings"].in_release("0.5.23")) + r"\s*(?P<body>.*)$")
 _TIMING_PART = re.compile(r"(\w+)=(?:\{(?P<group>[^}]*)\}|(?P<num>[\d.]+))")
-_LOAD_WEIGHT_END = re.compile(r"Load weight end\. elapsed=(?P<s>[\d.]+) s")
+_LOAD_WEIGHT_END = re.compile(re.escape(names.LOG["load_weight_end"].in_release("0.5.10")) + r"(?P<s>[\d.]+) s")
+# 0.5.10's per-phase lines, named as 0.5.23's timings line names the phase where it has one. Every
+# graph capture (target, piecewise, draft, draft extend: model_runner.py and the eagle workers print
+# `Capture <kind> graph end. Time elapsed: S s`) adds to cuda_graph, as 0.5.23 sums its graph
+# phases; the CPU test server captures none, so those lines are known from SGLang's source only.
+_ELAPSED: tuple[tuple[re.Pattern, str], ...] = (
+    (_LOAD_WEIGHT_END, "load_weight"),
+    (re.compile("(?:" + "|".join(map(re.escape, names.LOG["init_dist_end"].aliases)) + r") elapsed=(?P<s>[\d.]+) s"),
+     "init_distributed"),
+    (re.compile(r"Capture (?:draft (?:extend )?)?(?:piecewise )?(?:cuda|CUDA|cpu|npu) graph end\. "
+                r"Time elapsed: (?P<s>[\d.]+) s"), "cuda_graph"),
+)
+# A rank's tag in the line's head (`[... TP1]`, `[... DP0 TP3]`): tensor-parallel ranks print the same
+# phases at the same time; only the first rank's count.
+_OTHER_RANK = re.compile(r"\b(?:TP|PP|EP|DP|CP)[1-9]\d*\b")
 
 
 def startup_timings(line: str) -> Optional[dict[str, float]]:
     """Start-up seconds by phase from the one line that reports them (0.5.23), or
-    {"load_weight": s} from 0.5.10's `Load weight end. elapsed=` line; None for any other line."""
+    {"load_weight": s} from a `Load weight end. elapsed=` line; None for any other line."""
     m = _STARTUP_TIMINGS.search(line)
     if m is None:
         w = _LOAD_WEIGHT_END.search(line)
@@ -169,6 +183,19 @@ def startup_timings(line: str) -> Optional[dict[str, float]]:
             nums = re.findall(r"=([\d.]+)", part.group("group"))
             out[part.group(1)] = sum(float(x) for x in nums)
     return out or None
+
+
+def startup_elapsed(line: str) -> Optional[tuple[str, float]]:
+    """(phase, seconds) of one start-up phase's own `elapsed` line (0.5.10's only start-up
+    figures), None for any other line and for a line of a rank other than the first."""
+    head = re.match(_HEAD, line)
+    if head is not None and _OTHER_RANK.search(head.group("pfx")):
+        return None
+    for pattern, phase in _ELAPSED:
+        m = pattern.search(line)
+        if m:
+            return phase, float(m.group("s"))
+    return None
 
 
 def parse_phase(line: str) -> Optional[tuple[str, Optional[str]]]:
@@ -334,8 +361,17 @@ class LogState:
         self.accept_rate: Optional[float] = None
         self.spec_seen = False  # an accept len appeared at least once
         self.max_running_requests: Optional[int] = None
-        self.startup_s: Optional[dict[str, float]] = None  # start-up seconds by phase (startup_timings)
+        self._timings: Optional[dict[str, float]] = None  # 0.5.23's timings line
+        self._elapsed: dict[str, float] = {}  # 0.5.10's per-phase elapsed lines (graph captures summed)
         self.lines_parsed = 0
+
+    @property
+    def startup_s(self) -> Optional[dict[str, float]]:
+        """Start-up seconds by phase: 0.5.23's timings line when it printed one (it covers every
+        phase), else what 0.5.10's elapsed lines gave; None before any."""
+        if self._timings:
+            return dict(self._timings)
+        return dict(self._elapsed) or None
 
     def feed(self, line: str) -> bool:
         """Take one line; True when it changed the figures."""
@@ -358,10 +394,15 @@ class LogState:
                 self.kv_usage = p.token_usage
             self.lines_parsed += 1
             return True
-        if "Engine startup timings" in line or "Load weight end" in line:
-            t = startup_timings(line)
+        if "elapsed" in line or "Engine startup timings" in line:
+            t = startup_timings(line) if "Engine startup timings" in line else None
             if t is not None:
-                self.startup_s = {**(self.startup_s or {}), **t}
+                self._timings = t
+                return False
+            e = startup_elapsed(line)
+            if e is not None:
+                phase, seconds = e
+                self._elapsed[phase] = self._elapsed.get(phase, 0.0) + seconds if phase == "cuda_graph" else seconds
             return False
         if "KV Cache is allocated" in line or "max_total_num_tokens=" in line:
             size = kv_pool_tokens(line)

@@ -134,6 +134,8 @@ LOG: dict[str, Name] = {
     "init_dist_end": _n("distributed init ends", "Init torch distributed ends.", "Init parallel ends."),
     "pending_token": _n("Prefill batch field after #queue-req (0.5.23)", None, "#pending-token:"),
     "startup_timings": _n("one line of start-up seconds by phase (0.5.23)", None, "Engine startup timings (s):"),
+    # 0.5.10 has no timings line: its start-up seconds are the `elapsed` of single phases.
+    "load_weight_end": _n("weight load ends, with its seconds", "Load weight end. elapsed="),
     "server_args": _n("how server_args= is printed", "server_args=ServerArgs(", "server_args={"),
     "kv_allocated": _n("KV pool line (0.5.23 puts the dtype before #tokens)", "KV Cache is allocated. #tokens:",
                        "KV Cache is allocated. dtype:"),
