@@ -14,7 +14,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
-from textual.geometry import Region
+from textual.geometry import Region, Spacing
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -123,12 +124,14 @@ COLUMNS = [
     ("worker", "worker"), ("state", "state"), ("role", "role"), ("running", "run"), ("queued", "queue"),
     ("kv", "KV %"), ("tok_s", "tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "p99"), ("accept", "accept"),
     ("active", "routed"), ("ranks", "DP imbalance"), ("stale", "age"),
+    # running now of the observed knee, and the room before it (analysis/observed.py)
+    ("knee", "run/knee +room"),
 ]
 
 
 # Where the table is narrower than its columns, these give way whole, in this order (the worker
 # never does): the least telling first, as the arms' level table drops its columns.
-DROP_FIRST = ("ranks", "role", "active", "stale", "ttft_p99", "accept", "queued", "kv", "ttft_p50", "tok_s",
+DROP_FIRST = ("ranks", "role", "active", "stale", "ttft_p99", "accept", "queued", "knee", "kv", "ttft_p50", "tok_s",
               "running")
 CELL_PADDING = 1  # DataTable's, each side of a cell
 
@@ -148,12 +151,32 @@ def _num(v: Optional[float], spec: str) -> str:
     return "—" if v is None else spec.format(v)
 
 
+def knee_cell(arm: ArmState) -> tuple[Optional[int], str]:
+    """(headroom, what the knee column reads) for one worker: "34/46 +12" (running now of its
+    observed knee, room for that many more), or "—" and a word for why there is no knee yet:
+    "light" (running never went above 3) or "rising" (throughput still grows and nothing queues
+    up to the highest count seen). The headroom is the sort key: the fullest workers first."""
+    k = arm.observed
+    if k is None:
+        return None, "—"
+    if k.concurrency is None:
+        light = k.running_max is None or "never above" in k.reason or "no running" in k.reason
+        return None, "— light" if light else "— rising"
+    # running from this tick's sample: the knee itself is recomputed every few seconds only
+    running = arm.last.running_reqs if arm.last is not None and arm.last.running_reqs is not None else k.running_now
+    if running is None:
+        return k.headroom, f"{k.concurrency}"
+    room = max(0, k.concurrency - running)
+    return room, f"{running}/{k.concurrency} +{room}"
+
+
 def row_values(arm: ArmState, active: Optional[int], cycle: float = ROTATION_S) -> dict[str, object]:
     """The sortable value of each column for one worker (None sorts last); `cycle`: the seconds
     its fleet's figures may be old by design (ROTATION_S above)."""
     s: Optional[Sample] = arm.last
     cap = arm.info.max_running_requests if arm.info is not None else None  # a rank's cap (SGLang's is per rank)
     im = rank_imbalance(s.ranks, cap) if s is not None and s.ranks else None
+    room, knee = knee_cell(arm)
     return {
         "worker": arm.name, "state": (s.state if s is not None else "starting"), "role": arm.role or "",
         "running": s.running_reqs if s else None, "queued": s.queued_reqs if s else None,
@@ -161,6 +184,7 @@ def row_values(arm: ArmState, active: Optional[int], cycle: float = ROTATION_S) 
         "tok_s": s.gen_tok_s if s else None, "ttft_p50": s.ttft_p50_s if s else None,
         "ttft_p99": s.ttft_p99_s if s else None, "accept": s.accept_length if s else None,
         "active": active, "ranks": im, "stale": s.stale_s if s else None, "cycle": cycle,
+        "knee": room, "knee_text": knee,
     }
 
 
@@ -201,6 +225,7 @@ def row_cells(v: dict[str, object]) -> list[Text]:
         _text(fmt.secs(v["ttft_p99"]) if v["ttft_p99"] is not None else "—"),
         _text(_num(v["accept"], "{:.2f}")), _text(_num(v["active"], "{:d}")), ranks,
         _text(age, style="bold") if age else _text("—"),
+        _text(str(v["knee_text"]), style="bold" if v["knee"] == 0 else ""),
     ]
 
 
@@ -499,7 +524,37 @@ class FleetTable(DataTable):
                 self._frame_styles["columns"] = got
         return got
 
+    def rows_below(self) -> int:
+        """Workers under the view, past the hint line that takes the table's last line while any
+        are (0 when every row below the view's top is on screen)."""
+        top = self.header_height if self.show_header else 0
+        room = self.size.height - top  # lines for rows (every row is one line)
+        first = int(self.scroll_offset.y)
+        if room < 2 or self.row_count <= first + room:
+            return 0
+        return self.row_count - first - (room - 1)
+
+    def hint(self) -> str:
+        n = self.rows_below()
+        if not n:
+            return ""
+        return f"{n} more worker{'s' if n != 1 else ''} below: ↓ PgDn ctrl+End"
+
+    def _get_fixed_offset(self) -> Spacing:
+        # the cursor's row is scrolled clear of the hint line, not under it
+        offset = super()._get_fixed_offset()
+        return Spacing(offset.top, 0, 1, offset.left) if self.rows_below() else offset
+
     def render_line(self, y: int):
+        if y == self.size.height - 1 and y > 0:
+            # A terminal of 24 lines holds ~12 of 64 workers: the last line says how many more
+            # there are and how to get to them, as a pager would
+            hint = self.hint()
+            if hint:
+                width = self.size.width
+                text = f" {hint}"[:width]
+                style = self.rich_style + Style(bold=True, reverse=True)
+                return Strip([Segment(text + " " * (width - cell_len(text)), style)], width)
         if self.fixed_rows:
             return super().render_line(y)
         base = self._frame_styles.get("base")
