@@ -66,6 +66,9 @@ class ArmInfo:
     kv_capacity_tokens: Optional[int] = None  # the pool SGLang actually allocated (max_total_num_tokens)
     max_running_requests: Optional[int] = None  # effective running-batch cap
     chunked_prefill_size: Optional[int] = None
+    # --schedule-conservativeness as the scheduler resolved it: scales the new_token_ratio SGLang
+    # starts from (analysis/predict.py); None where /server_info does not say
+    schedule_conservativeness: Optional[float] = None
     context_length: Optional[int] = None
     enable_metrics: Optional[bool] = None
     decode_log_interval: Optional[int] = None
@@ -107,6 +110,7 @@ class ArmInfo:
             "max_running_requests": self.max_running_requests,
             "tp_size": self.tp_size,
             "chunked_prefill_size": self.chunked_prefill_size,
+            "schedule_conservativeness": self.schedule_conservativeness,
             "startup_s": self.startup_s,
         }
 

@@ -3,13 +3,21 @@
 Two ceilings bound how many requests can run at once:
 - the KV pool, as SGLang admits: a new request needs its prompt plus a reserve for the tokens it
   has still to generate, osl x new_token_ratio (the scheduler's estimate, exported as
-  sglang:new_token_ratio; 0.7 = SGLANG_INIT_NEW_TOKEN_RATIO at start and after idle, decaying
-  while nothing is retracted), and every running request keeps its own reserve. A wave of equal
+  sglang:new_token_ratio), and every running request keeps its own reserve. A wave of equal
   requests therefore fits floor(pool / (isl + osl x ratio)) at once. Measured on a real SGLang
   0.5.10 (8,192-token pool, 1,024 in / 256 out, ratio 0.7): 6 run, the 7th queues, while
   pool / (isl + osl) would say 6.4 and pool / isl 8;
 - the request cap (the effective max running requests).
 The predicted knee is the lower of the two; the detail shows both pool figures and why they differ.
+
+The ratio is the server's gauge when a scrape read one. Without it (no --enable-metrics) it is the
+ratio SGLang starts from, which is also where it returns whenever the server goes idle:
+min(SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, 1), the default of the server's
+release (sglang_names.SCHEDULER_DEFAULTS: 0.7 in 0.5.10 and 0.5.23 alike) times the
+conservativeness its /server_info reports (1.0 by default, 0.3 with DP attention). Under load
+the ratio decays towards 0.14 of that start, so more requests fit than predicted, until a
+retraction resets it to the running requests' own decoded share: the prediction is the server's
+first, most cautious admission.
 """
 
 from __future__ import annotations
@@ -18,8 +26,21 @@ import math
 from typing import Optional
 
 from specmon.model import ArmInfo, KneeCalled, PredictedKnee
+from specmon.sources import sglang_names as names
 
-INIT_NEW_TOKEN_RATIO = 0.7  # SGLang's default (SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0)
+def starting_new_token_ratio(info: ArmInfo) -> tuple[float, str]:
+    """The new_token_ratio SGLang starts from (and returns to when idle) on this server, and how
+    it was found (for the knee's detail)."""
+    release = names.release_of(info.version)
+    d = names.SCHEDULER_DEFAULTS[release]
+    cons = info.schedule_conservativeness
+    if cons is None or not math.isfinite(cons) or cons < 0:
+        cons = d["schedule_conservativeness"]
+        said_cons = f"schedule_conservativeness {cons:g} (default)"
+    else:
+        said_cons = f"schedule_conservativeness {cons:g}"
+    init = d["init_new_token_ratio"]
+    return min(init * cons, 1.0), f"SGLang {release}'s starting ratio {init:g} x {said_cons}"
 
 
 def admitted_at_once(pool: int, isl: int, osl: int, ratio: float) -> int:
@@ -41,15 +62,17 @@ def predict_knee(info: ArmInfo, isl: int, osl: int,
     if pool and per_req > 0:
         ratio = new_token_ratio if new_token_ratio is not None and 0 < new_token_ratio <= 1 else None
         k.ratio_assumed = ratio is None
-        said = "new_token_ratio assumed" if k.ratio_assumed else "new_token_ratio"
-        ratio = INIT_NEW_TOKEN_RATIO if ratio is None else ratio
+        said, whence = "new_token_ratio", ""
+        if ratio is None:
+            ratio, how = starting_new_token_ratio(info)
+            said, whence = "new_token_ratio assumed", f"; the ratio assumed is {how}"
         k.new_token_ratio = ratio
         k.kv_admitted = admitted_at_once(pool, isl, osl, ratio)
         k.kv_full_length = round(pool / per_req, 2)
         parts.append(f"KV pool {pool:,} tok / ({isl} + {osl} x {said} {ratio:.2f}) = "
                      f"{pool / (isl + osl * ratio):.1f} -> {k.kv_admitted} admitted at once "
                      f"(SGLang reserves decode room when it admits; "
-                     f"pool / ({isl}+{osl}) at full length would say {pool / per_req:.1f})")
+                     f"pool / ({isl}+{osl}) at full length would say {pool / per_req:.1f}){whence}")
     else:
         parts.append("KV pool size unknown")
     parts.append(f"request cap {cap}" if cap is not None else "request cap unknown")

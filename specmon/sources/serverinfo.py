@@ -116,6 +116,8 @@ def arm_info_from_server_info(d: Any) -> Optional[ArmInfo]:
         weight_gb=_float(mem.get("weight")),
         kv_cache_gb=_float(mem.get("kvcache")),
         graph_gb=_graph_gb(mem.get(names.SERVER_INFO["graph_mem"].in_release(names.NEWEST))),
+        schedule_conservativeness=_conservativeness(st0.get(si["schedule_conservativeness"]),
+                                                    d.get(si["schedule_conservativeness"])),
         startup_s=_startup_phases(d.get(names.SERVER_INFO["startup_time"].in_release(names.NEWEST))),
         time_scale=scale if scale is not None and scale > 0 else 1.0,
         simulated=isinstance(d.get("sim_profile"), str) and bool(d.get("sim_profile")),
@@ -129,6 +131,16 @@ def _graph_gb(v: Any) -> Optional[float]:
         parts = [f for f in map(_float, v.values()) if f is not None]
         return math.fsum(parts) if parts else None
     return _float(v)
+
+
+def _conservativeness(*candidates: Any) -> Optional[float]:
+    """The scheduler's schedule_conservativeness (its own copy first: DP attention scales it);
+    None when neither is a finite number >= 0."""
+    for v in candidates:
+        f = _float(v)
+        if f is not None and math.isfinite(f) and f >= 0:
+            return f
+    return None
 
 
 def _startup_phases(v: Any) -> Optional[dict[str, float]]:

@@ -15,6 +15,7 @@ Metric names are bare (no `sglang:` prefix). Label changes that matter:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -107,7 +108,42 @@ SERVER_INFO: dict[str, Name] = {
     "cuda_graph_max_bs": _n("largest captured batch (0.5.23 split by phase)", "cuda_graph_max_bs",
                             "cuda_graph_max_bs_decode"),
     "startup_time": _n("start-up seconds by phase (a dict; absent in 0.5.10)", None, "startup_time"),
+    "schedule_conservativeness": _n("--schedule-conservativeness as resolved (x 0.3 with DP attention; "
+                                    "internal_states[0], else top level)", "schedule_conservativeness"),
 }
+
+# ---- scheduler defaults ----------------------------------------------------------------------
+# The decode-room estimate SGLang admits by (new_token_ratio), per release, from its source
+# (0.5.10: managers/scheduler.py and environ.py; 0.5.23: scheduler_components/
+# new_token_ratio_tracker.py and environ.py). Both start at min(init x schedule_conservativeness,
+# 1), fall by (start - start x min_factor) / decay_steps after each decode step with no
+# retraction, go back to the start when the server is idle, and after a retraction jump to
+# (decoded + retract_decode_steps x reqs) / (max_new_tokens + 1) over the running requests.
+# schedule_conservativeness defaults to 1.0 and is x 0.3 with DP attention. The two releases
+# agree on every figure; the table says so rather than assuming it.
+SCHEDULER_DEFAULTS: dict[str, dict[str, float]] = {
+    release: {"init_new_token_ratio": 0.7,  # SGLANG_INIT_NEW_TOKEN_RATIO
+              "min_new_token_ratio_factor": 0.14,  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+              "new_token_ratio_decay_steps": 600,  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+              "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
+              "schedule_conservativeness": 1.0}
+    for release in RELEASES
+}
+
+
+def release_of(version: Optional[str]) -> str:
+    """The supported release whose names a server of `version` uses: the newest one not newer
+    than it (0.5.10.post1 -> 0.5.10, 0.5.20 -> 0.5.10, 0.5.24 -> 0.5.23); the oldest for an
+    older server, the newest when the version is unknown or unreadable."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    if m is None:
+        return NEWEST
+    have = tuple(int(x or 0) for x in m.groups())
+    best = RELEASES[0]
+    for r in RELEASES:
+        if tuple(int(x) for x in r.split(".")) <= have:
+            best = r
+    return best
 
 # ---- /v1/loads -------------------------------------------------------------------------------
 # Both releases list one entry per DP rank under "loads" with the same per-rank keys specmon
