@@ -34,7 +34,8 @@ from specmon.analysis.observed import ObservedCurves
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
-    LaunchContext, Marker, ObservedKneesUpdated, PredictedKnee, Sample, SamplesTick, SessionEnded, SessionStarted,
+    LaunchContext, Marker, ObservedKneesUpdated, ObservedRequestsRead, PredictedKnee, Sample, SamplesTick, SessionEnded,
+    SessionStarted,
 )
 from specmon.session import codec
 from specmon.session.folder import SessionWriter, default_out_dir
@@ -43,6 +44,7 @@ from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
 from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.sglang import ArmCollector
+from specmon.sources.sanity import sane_gpus, sane_sample
 from specmon.sources.simgpu import SimulatedGpuPoller, attach_simulated, with_simulated
 
 if TYPE_CHECKING:
@@ -315,6 +317,8 @@ class LiveSession:
             for src in self.request_metrics:  # the lines written until now, and the last window
                 try:
                     for ev in await asyncio.to_thread(src.close):
+                        if isinstance(ev, ObservedRequestsRead):
+                            self.observed.add_requests(ev.records)
                         emit(ev)
                 except Exception:
                     pass
@@ -473,6 +477,8 @@ class LiveSession:
         """The export files' new lines, as events (the reads in a thread: a slow disk never holds the loop)."""
         for src in self.request_metrics:
             for ev in await asyncio.to_thread(src.poll):
+                if isinstance(ev, ObservedRequestsRead):  # exact TTFT and queue time for the curve
+                    self.observed.add_requests(ev.records)
                 emit(ev)
 
     def _in_turn(self) -> Optional[set[str]]:
@@ -515,7 +521,7 @@ class LiveSession:
         gpus, host, per_arm = readings.result() if readings.done() and not readings.exception() else (None, None, {})
         if not readings.done():
             readings.cancel()
-        gpus = with_simulated(gpus, self._simgpu.take(), ts)
+        gpus = sane_gpus(with_simulated(gpus, self._simgpu.take(), ts))  # impossible readings: unknown
         samples = []
         for spec in list(self.arms):
             c = self._collectors.get(spec.name)
@@ -558,7 +564,7 @@ class LiveSession:
             s.level, s.offered_concurrency = self._level, self._offered
             if c is not None:
                 self._attach_machine(s, gpus, per_arm.get(spec.name), c)
-            samples.append(s)
+            samples.append(sane_sample(s))  # whatever source filled it: no 5,500 % share written or shown
             self._keep(spec.name, s)
         tick = SamplesTick(samples=samples, gpus=gpus, host=host, ts=ts, fleets=list(self.last_fleets))
         self.last_tick = tick
