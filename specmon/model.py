@@ -882,6 +882,7 @@ class CurvePoint:
     kv_usage_max: Optional[float] = None
     kv_full_share: Optional[float] = None  # share of the seconds with nothing free nor evictable, or retracting
     busy_max: Optional[float] = None  # the scheduler's busy share, highest (SGLang 0.5.23)
+    requests: Optional[int] = None  # requests whose own export lines gave queue_s and ttft_s (else the histograms)
 
 
 @dataclass
@@ -901,6 +902,10 @@ class ObservedKnee:
     headroom: Optional[int] = None  # knee - running now (0 when at or past it)
     queue_share_now: Optional[float] = None  # queue time / TTFT over the newest window
     curve: list[CurvePoint] = field(default_factory=list)
+    # where the curve's TTFT and queue time came from: "requests" (the server's per-request export
+    # lines, in some bins at least), "histograms" (their increase between scrapes), None (neither)
+    latency_source: Optional[str] = None
+    latency_requests: int = 0  # requests placed on the curve from the export lines
 
 
 @dataclass

@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from specmon.model import ArmInfo, CurvePoint, ObservedKnee, Sample
+from specmon.analysis.request_latency import RequestLatencies
+from specmon.model import ArmInfo, CurvePoint, ObservedKnee, ObservedRequest, Sample
 
 MIN_BIN_S = 3.0  # a bin with fewer seconds of samples is shown, never used for the knee
 MIN_BIN_SHARE = 0.01  # ... nor one with under 3 % of the arm's seconds (a passing moment between loads)
@@ -107,6 +108,7 @@ class OperatingCurve:
         # seconds of evidence are the arm's (a sped-up simulator's x seconds per wall second), as
         # its tok/s already are
         self.time_scale = 1.0
+        self.requests = RequestLatencies()  # the server's own per-request lines, where read
 
     def set_info(self, info: Optional[ArmInfo]) -> None:
         if info is not None:
@@ -128,6 +130,7 @@ class OperatingCurve:
         dt *= self.time_scale
         self._last_ts, self.last = s.ts, s
         r = s.running_reqs
+        self.requests.note(s.ts, r)
         lo, width = bin_of(r)
         b = self.bins.get(lo)
         if b is None:
@@ -172,11 +175,21 @@ class OperatingCurve:
             b.busy_max = busy
 
     def curve(self) -> list[CurvePoint]:
-        return [self.bins[k].point() for k in sorted(self.bins)]
+        points = [self.bins[k].point() for k in sorted(self.bins)]
+        cells = self.requests.binned(bin_of)
+        for p in points:  # a bin with enough requests of its own: their exact figures
+            c = cells.get(p.running)
+            if c is not None:
+                p.queue_s, p.ttft_s, p.requests = c.queue_s, c.ttft_s, c.n
+        return points
+
+    def _share(self, lo: int, cells: dict) -> Optional[float]:
+        c = cells.get(lo)
+        return c.share if c is not None and c.share is not None else self.bins[lo].queue_share()
 
     def knee(self) -> ObservedKnee:
         points = self.curve()
-        now = self._now()
+        now = self._now(points)
         rmax = self.running_max
         if rmax is None or rmax < MIN_RUNNING:
             seen = "no running requests seen" if rmax is None else f"running never above {rmax}"
@@ -187,7 +200,8 @@ class OperatingCurve:
         floor = max(MIN_BIN_S, MIN_BIN_SHARE * self.evidence_s)
         used = [p for p in points if p.evidence_s >= floor]
         plateau = _plateau(used)
-        onset = _queue_onset(used, {p.running: self.bins[p.running].queue_share() for p in used})
+        cells = self.requests.binned(bin_of)
+        onset = _queue_onset(used, {p.running: self._share(p.running, cells) for p in used})
         candidates = [c for c in (plateau, onset) if c is not None]
         if not candidates:
             return ObservedKnee(
@@ -212,14 +226,19 @@ class OperatingCurve:
             plateau=plateau, queue_onset=onset, running_max=rmax, headroom=headroom, curve=points, **now)
 
     # ---- parts -------------------------------------------------------------------------------
-    def _now(self) -> dict:
+    def _now(self, points: list[CurvePoint]) -> dict:
+        placed = sum(p.requests or 0 for p in points)
+        source = ("requests" if placed else
+                  "histograms" if any(p.ttft_s is not None for p in points) else None)
         s = self.last
         if s is None:
-            return {"running_now": None, "queue_share_now": None}
-        share = None
-        if s.queue_time_mean_s is not None and s.ttft_mean_s:
+            return {"running_now": None, "queue_share_now": None, "latency_source": source, "latency_requests": placed}
+        # the requests read lately where the server writes them, else the histograms' newest window
+        share = self.requests.share_now(s.ts)
+        if share is None and s.queue_time_mean_s is not None and s.ttft_mean_s:
             share = min(1.0, s.queue_time_mean_s / s.ttft_mean_s)
-        return {"running_now": s.running_reqs, "queue_share_now": share}
+        return {"running_now": s.running_reqs, "queue_share_now": share, "latency_source": source,
+                "latency_requests": placed}
 
     def _needed(self) -> int:
         """Running requests the traffic should reach to show a knee: twice the highest seen (at
@@ -316,6 +335,14 @@ class ObservedCurves:
             c.set_info(info)
         c.add(s, interval_s)
 
+    def add_requests(self, records: list[ObservedRequest]) -> None:
+        """Requests the server wrote itself (attach --request-metrics-dir), read after the samples
+        of the ticks they ran in: placed on their arm's curve (request_latency.py)."""
+        for r in records:
+            c = self.curves.get(r.arm)
+            if c is not None:
+                c.requests.add(r, c.time_scale)
+
     def knees(self) -> dict[str, ObservedKnee]:
         return {arm: c.knee() for arm, c in self.curves.items() if c.evidence_s > 0}
 
@@ -330,4 +357,13 @@ def knee_line(arm: str, k: ObservedKnee) -> str:
                 f"{'queueing' if k.limit != 'compute' else 'throughput stops growing'}")
     share = f"; queue {k.queue_share_now:.0%} of TTFT now" if k.queue_share_now is not None else ""
     return (f"knee [observed] {arm}: {k.concurrency} running, limit {k.limit}, "
-            f"{k.evidence_s:.0f} s of evidence ({k.confidence}){head}{share}; {k.reason}")
+            f"{k.evidence_s:.0f} s of evidence ({k.confidence}){head}{share}; {k.reason}{latency_words(k)}")
+
+
+def latency_words(k: ObservedKnee) -> str:
+    """Where the curve's TTFT and queue time came from, for the headless line."""
+    if k.latency_source == "requests":
+        return f"; TTFT/queue from {k.latency_requests} requests' own lines"
+    if k.latency_source == "histograms":
+        return "; TTFT/queue from the histograms"
+    return ""

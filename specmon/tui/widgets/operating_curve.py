@@ -47,7 +47,10 @@ class OperatingCurvePane(ArmPane):
             return None
         share = "" if k.queue_share_now is None else f"; queue {k.queue_share_now * 100:.0f}% of TTFT now"
         conf = f" ({k.confidence})" if k.confidence else ""
-        return text(f"{k.evidence_s:.0f} s of evidence{conf}{share}", self.st("dim"))
+        # where TTFT and queue time came from: the server's per-request lines, or its histograms
+        src = {"requests": f"; TTFT from {k.latency_requests} requests", "histograms": "; TTFT from histograms"}
+        return text(f"{k.evidence_s:.0f} s of evidence{conf}{share}{src.get(k.latency_source or '', '')}",
+                    self.st("dim"))
 
     def chart(self, width: int, height: int) -> list[Text]:
         """tok/s by running-request bin, left to right; the bin running now and the knee's bin
