@@ -26,7 +26,7 @@ from specmon.session.live import LiveSession
 from specmon.session.source import SessionSource, fewer_young_collections
 from specmon.urls import without_credentials
 from specmon.model import (
-    FleetLevels,
+    FleetLevels, FleetStatus,
     KneesSummary, offered_label,
     ArmInfoUpdated, ArmPhase, Event, KneeCalled, LevelFinished, LevelProgress, LevelStarted, Marker, RampFinished,
     ObservedKnee, ObservedKneesUpdated, ObservedWindow, RequestFinished, Sample, SamplesTick, SessionEnded,
@@ -80,7 +80,16 @@ def tick_line(tick: SamplesTick, t0: float) -> str:
     gpu = ""
     if tick.gpus is not None and not tick.gpus.available:
         gpu = ""  # said once at start, not on every line
-    return head + "  " + "  |  ".join(arm_cell(s) for s in tick.samples) + gpu
+    # A fleet that is down (or has no worker) has no sample rows: said here, or the line was blank.
+    cells = [arm_cell(s) for s in tick.samples] + [fleet_cell(f) for f in tick.fleets or ()
+                                                   if not f.up or not any(s.arm for s in tick.samples)]
+    return head + "  " + ("  |  ".join(c for c in cells if c) or "no server to show") + gpu
+
+
+def fleet_cell(f: FleetStatus) -> str:
+    if not f.up:
+        return f"{f.kind} {f.name}: DOWN ({f.reason or 'no reason given'})"
+    return f"{f.kind} {f.name}: no workers" if not f.workers else ""
 
 
 def info_line(e: ArmInfoUpdated) -> str:
