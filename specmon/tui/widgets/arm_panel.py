@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
-from textual.filter import ANSIToTruecolor
+from rich.text import Span, Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 from specmon.panes import ARM_PANES
+from specmon.tui import textual_private
 from specmon.tui.chart import arm_glyph
 from specmon.tui.state import SessionState
 from specmon.tui.widgets.accept import AcceptPane
@@ -42,7 +41,7 @@ PANE_WIDGETS = {"gpu": GpuPane, "kv": KvPane, "accept": AcceptPane, "queue": Req
 assert tuple(PANE_WIDGETS) == ARM_PANES
 
 
-class ArmPanel(StyledWidget, can_focus=True):
+class ArmPanel(StyledWidget, textual_private.PanelBase, can_focus=True):
     DEFAULT_CSS = "ArmPanel { height: auto; }"
 
     def __init__(self, session: SessionState, arm: str, chart_height: int = 1, **kw) -> None:
@@ -101,7 +100,7 @@ class ArmPanel(StyledWidget, can_focus=True):
             if line.cell_len > width:  # (wider than the pane: cut, as Textual would; render() keeps it whole)
                 line = line.copy()
                 line.truncate(width, overflow="ellipsis")
-            key = (line.plain, line.style, tuple(line._spans))
+            key = (line.plain, line.style, tuple(line.spans))
             if y < len(old_keys) and old_keys[y] == key:
                 strips.append(old_strips[y])
             else:
@@ -115,105 +114,12 @@ class ArmPanel(StyledWidget, can_focus=True):
     def render_line(self, y: int) -> Strip:
         if self.text_selection is not None:  # a mouse selection: Textual's own way, over render()
             return Widget.render_line(self, y)
-        self._dirty_regions.clear()
+        textual_private.forget_dirty(self)
         if self._built != (self.size.width, self.visual_style):  # resized, restyled, first drawn
             self._update()
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        """Textual's rendering of the panel, with the content lines that changed since the last
-        frame put together here: the row Textual would make (border, padding, the line padded to
-        the content width), from the edges it made itself for a row of this panel.
-
-        Why: Textual works a content row out from the widget's styles every time (border, outline,
-        gutter, colours, a Style per edge) whatever changed in it; a 3-arm tick repaints ~28
-        such rows. The edges are the same on every content row while the styles, size and
-        colours hold, so they are taken from a row Textual drew (after a full repaint, a restyle,
-        a resize) and reused until the next. Every line still goes through Textual's own
-        render_widget (its line filters: NO_COLOR, ANSI colours, dimming) as before.
-        tests/test_tui_panel_rows.py holds these rows equal to Textual's own."""
-        cache = self._styles_cache
-        dirty = cache._dirty_lines
-        key = (self.outer_size, self._built, self.background_colors)
-        frame = self._frame
-        if frame is not None and frame[0] == key:
-            if dirty and 0 not in dirty and self.text_selection is None:
-                self._compose_rows([y for y in dirty if frame[1] <= y < frame[2]], frame)
-            return super().render_lines(crop)
-        # the edges are taken only from a row Textual draws in this very call
-        top = self.styles.gutter.top
-        drawn_now = top in crop.line_range and (top in dirty or top not in cache._cache)
-        strips = super().render_lines(crop)
-        self._frame = self._take_frame(key) if drawn_now else None
-        return strips
-
-    def _compose_rows(self, ys: list[int], frame: tuple) -> None:
-        """The content rows ys as Textual would draw them, into its cache of the panel's rows.
-
-        Textual then puts each row through the app's line filters. Where that is the usual one
-        alone (ANSIToTruecolor: a terminal colour to the theme's, dim to a blended colour), the
-        filtered row is made here as well, from each style's filtered style kept from row to row
-        (a dozen styles on every row), and handed to the row as the filter's result, so the
-        filter does not work it out again per segment."""
-        key, top, _, left, right, fill, content_width = frame
-        self._dirty_regions.clear()  # as render_line does: the rows come from the lines built
-        width = key[0].width
-        built = self._strips
-        rows = self._styles_cache._cache
-        dirty = self._styles_cache._dirty_lines
-        filters = self.get_line_filters()
-        mapped = None
-        if len(filters) == 1 and type(filters[0]) is ANSIToTruecolor:
-            the_filter, background = filters[0], key[2][1]
-            kept = self._filtered_styles
-            if kept is None or kept[0] is not the_filter or kept[1] != background or len(kept[2]) > 512:
-                kept = self._filtered_styles = (the_filter, background, {})
-            mapped = kept[2]
-            truecolor, rich_background = the_filter.truecolor_style, background.rich_color
-        for y in ys:
-            i = y - top
-            line = built[i] if i < len(built) else Strip.blank(content_width, self.visual_style.rich_style)
-            row = Strip([*left, *line.adjust_cell_length(content_width, fill), *right], width)
-            if mapped is not None:
-                out = []
-                same = True
-                for text, style, control in row:
-                    if style is None:
-                        out.append(Segment(text, None, None))
-                        same = same and control is None
-                        continue
-                    to = mapped.get(style)
-                    if to is None:
-                        to = mapped[style] = truecolor(style, rich_background)
-                    same = same and control is None and to == style
-                    out.append(Segment(text, to, None))
-                # as Strip.apply_filter would keep it
-                row._filter_cache[(the_filter, background)] = row if same else Strip(out, row.cell_length)
-            rows[y] = row
-            dirty.discard(y)
-        self.rows_composed += len(ys)
-
-    def _take_frame(self, key: tuple) -> Optional[tuple]:
-        """The edges of a content row as Textual drew it (None where its row is more than edges
-        around the line: tint, opacity, hatching, an outline, or no row drawn yet)."""
-        styles = self.styles
-        if (styles.tint.a or self.opacity != 1.0 or styles.text_opacity != 1.0 or styles.outline.spacing
-                or (styles.has_rule("hatch") and styles.hatch != "none")):
-            return None
-        gutter = styles.gutter
-        size = self.outer_size  # border and padding included (self.size is the content's)
-        top, bottom = gutter.top, size.height - gutter.bottom
-        drawn = self._styles_cache._cache.get(top)
-        width = size.width
-        content_width = width - gutter.left - gutter.right
-        if drawn is None or bottom <= top or content_width <= 0 or drawn.cell_length != width:
-            return None
-        inner, _ = self._styles_cache.get_inner_outer(*key[2])
-        left = list(drawn.crop(0, gutter.left))
-        right = list(drawn.crop(width - gutter.right, width))
-        return key, top, bottom, left, right, inner.rich_style, content_width
 
     def render(self) -> Text:
         """All its lines as one Text, as built (what a text selection copies; a line too wide
@@ -313,10 +219,10 @@ class ArmPanel(StyledWidget, can_focus=True):
 
 def _rich_styles(line: Text) -> Text:
     """The line with a style named by a string (none of ours are) parsed into a Style."""
-    if not (line.style and isinstance(line.style, str)) and not any(isinstance(s.style, str) for s in line._spans):
+    if not (line.style and isinstance(line.style, str)) and not any(isinstance(s.style, str) for s in line.spans):
         return line
     out = line.copy()
     if out.style and isinstance(out.style, str):
         out.style = Style.parse(out.style)
-    out._spans = [s._replace(style=Style.parse(s.style)) if isinstance(s.style, str) else s for s in out._spans]
+    out.spans = [Span(s.start, s.end, Style.parse(s.style)) if isinstance(s.style, str) else s for s in out.spans]
     return out

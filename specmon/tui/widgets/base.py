@@ -16,11 +16,9 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
-from textual.visual import visualize
-from textual.dom import DOMNode, NoScreen
-from textual.widget import Widget, _RenderCache
+from textual.widget import Widget
 
-
+from specmon.tui import textual_private
 from specmon.tui.chart import spark_rows
 from specmon.tui.state import ArmState, SessionState
 
@@ -29,7 +27,7 @@ INLINE_MIN_W = 64  # wide enough to put the history on the value's line
 INLINE_VALUE_W = 36
 
 
-class StyledWidget(Widget):
+class StyledWidget(textual_private.StyledBase):
     COMPONENT_CLASSES = {
         "pane--label", "pane--value", "pane--unit", "pane--dim", "pane--warn", "pane--bad",
         "pane--good", "pane--spark", "pane--spark-alt", "pane--bar", "pane--bar-warn",
@@ -50,52 +48,7 @@ class StyledWidget(Widget):
         return self._component_style(f"arm-{index % 6}")
 
     def _component_style(self, component: str) -> Style:
-        """The component's own style (what get_component_rich_style(partial=True) gives), kept
-        until the stylesheet gives the component new styles. Textual empties its own cache of
-        these on every refresh() and then works out the full inherited style too (a walk up the
-        DOM) just to hand back the partial one: a pane asks for ~15 styles a render, so at 1 Hz
-        with three arms that was the largest single cost of a tick. The stylesheet replaces a
-        component's RenderStyles object whenever it re-applies CSS (theme, classes, reload), so
-        that object's identity says whether the kept style is still right."""
-        source = self._component_styles.get(component)  # replaced, not changed, by the stylesheet
-        if source is None:
-            source = self._style_component(component)
-        cache = self.__dict__.setdefault("_specmon_styles", {})
-        kept = cache.get(component)
-        if kept is not None and source is not None and kept[0] is source:
-            return kept[1]
-        style = self.get_component_styles(component).partial_rich_style
-        cache[component] = (source, style)
-        return style
-
-    def _get_component_classes(self) -> frozenset[str]:
-        """The component classes the stylesheet works out for this widget when it styles it: the
-        ones it has drawn with, not all of COMPONENT_CLASSES. The stylesheet matches its rules
-        once per component class every time a widget is styled (mounted, a class of the app or
-        the screen changed, a resize crossed a breakpoint); with 19 of them on ~30 panes that was
-        most of the start-up, before the first frame. A component first asked for is styled
-        then (_style_component)."""
-        return frozenset(self.__dict__.get("_specmon_components", ()))
-
-    def _style_component(self, component: str):
-        """The component's styles, worked out now as the stylesheet would and kept with the
-        others (and from now on worked out with them); KeyError for a name not declared."""
-        if component not in type(self)._get_component_classes_declared():
-            raise KeyError(f"No {component!r} key in COMPONENT_CLASSES")
-        self.__dict__.setdefault("_specmon_components", set()).add(component)
-        virtual = DOMNode(classes=component)
-        virtual._attach(self)
-        self.app.stylesheet.apply(virtual, animate=False)
-        self._component_styles[component] = virtual.styles
-        return virtual.styles
-
-    @classmethod
-    def _get_component_classes_declared(cls) -> frozenset[str]:
-        declared = cls.__dict__.get("_specmon_declared")
-        if declared is None:
-            declared = DOMNode._get_component_classes.__func__(cls)
-            cls._specmon_declared = declared
-        return declared
+        return textual_private.component_style(self, component)
 
     def notify_style_update(self) -> None:
         self.__dict__.pop("_specmon_styles", None)
@@ -105,29 +58,13 @@ class StyledWidget(Widget):
     # -- drawing ------------------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
-        """Textual turns what render() returns into lines through its general content machinery
-        (wrapping, alignment, markup, selection) every time the widget refreshed: ~0.2 ms per
-        line, most of the TUI's CPU at 1 Hz. Our panes hand it rich Text whose lines already fit,
-        so after a refresh the lines are made here (see _strips) with the very styles Textual
-        would give them, and a line that reads as before keeps its Strip. Anything else (a line
-        too wide, alignment, a text selection, a renderable that is not Text) goes Textual's way."""
-        if self._dirty_regions:
-            self._draw()
+        """Our panes hand Textual rich Text whose lines already fit: after a refresh the lines
+        are made here (see _strips) with the very styles Textual would give them, and a line
+        that reads as before keeps its Strip (textual_private.draw_lines says why). Anything else
+        (a line too wide, alignment, a text selection, a renderable that is not Text) goes
+        Textual's way."""
+        textual_private.draw_lines(self, self._strips)
         return super().render_line(y)
-
-    def _draw(self) -> None:
-        size = self.size
-        visual = self.render()
-        strips = self._strips(visual, size.width) if isinstance(visual, Text) else None
-        if strips is None:
-            self.__dict__.pop("_specmon_lines", None)
-            self._layout_cache["_render.visual"] = visualize(self, visual, markup=self._render_markup)  # once
-            self._render_content()
-            return
-        if len(strips) > size.height:
-            strips = strips[:size.height]
-        self._render_cache = _RenderCache(size, strips)
-        self._dirty_regions.clear()
 
     def _strips(self, text: Text, width: int) -> Optional[list[Strip]]:
         if not width or self.text_selection is not None:
@@ -139,7 +76,7 @@ class StyledWidget(Widget):
         lines = text.split("\n", allow_blank=True)
         for line in lines:
             if "\t" in line.plain or len(line.plain) > width or line.cell_len > width or any(
-                    isinstance(span.style, str) for span in line._spans) or (line.style and isinstance(line.style, str)):
+                    isinstance(span.style, str) for span in line.spans) or (line.style and isinstance(line.style, str)):
                 return None
         base = self.visual_style
         kept = self.__dict__.get("_specmon_lines")
@@ -148,7 +85,7 @@ class StyledWidget(Widget):
         memo = kept[1]
         strips = []
         for y, line in enumerate(lines):
-            key = (line.plain, line.style, tuple(line._spans))
+            key = (line.plain, line.style, tuple(line.spans))
             was = memo.get(y)
             if was is not None and was[0] == key:
                 strips.append(was[1])
@@ -165,11 +102,11 @@ class StyledWidget(Widget):
         same pieces, each with the sum of the styles over it and its offset (text selection
         reads it), so the screen and the SVG screenshots are the same as before."""
         plain = line.plain
-        if not line.style and line._spans:
-            out = self._segments_in_order(plain, line._spans, y, base)
+        if not line.style and line.spans:
+            out = self._segments_in_order(plain, line.spans, y, base)
             if out is not None:
                 return out
-        spans = list(line._spans)
+        spans = list(line.spans)
         if line.style:
             spans.insert(0, (0, len(plain), line.style))
         if not spans:
@@ -283,7 +220,7 @@ class StyledWidget(Widget):
         built once a tick, not twice (the GPU strip with 24 GPUs builds ~100 cells)."""
         super().__init_subclass__(**kw)
         own = cls.__dict__.get("render")
-        if own is None or getattr(own, "_specmon_kept", False):
+        if own is None or getattr(own, "specmon_kept", False):
             return
 
         @functools.wraps(own)
@@ -293,7 +230,7 @@ class StyledWidget(Widget):
                 return nxt[1]
             return own(self)
 
-        render._specmon_kept = True
+        render.specmon_kept = True
         cls.render = render
 
 
@@ -312,18 +249,7 @@ def _repaint(widget: Widget) -> None:
 def repaint_lines(widget: Widget, regions) -> None:
     """_repaint for these regions of the widget's content only (all of it when none): the
     compositor then renders those lines, the widget's other lines kept from before."""
-    try:
-        screen = widget.screen
-    except NoScreen:  # not on a screen (being removed): Textual's own way
-        widget.refresh(*regions)
-        return
-    widget._layout_cache.clear()
-    widget._set_dirty(*regions)
-    widget.clear_cached_dimensions()
-    widget._rich_style_cache.clear()
-    if screen in screen._compositor:  # as the screen's own handler of Update decides
-        screen._dirty_widgets.add(widget)
-        screen.check_idle()
+    textual_private.repaint_lines(widget, regions)
 
 
 def text(plain: str, style: Style | str = "", no_wrap: Optional[bool] = None) -> Text:
@@ -333,11 +259,7 @@ def text(plain: str, style: Style | str = "", no_wrap: Optional[bool] = None) ->
     is taken as it is; any other goes through the constructor."""
     if not plain.isprintable():
         return Text(plain, style=style, no_wrap=no_wrap)
-    out = Text("", style=style, no_wrap=no_wrap)
-    if plain:
-        out._text = [plain]
-        out._length = len(plain)
-    return out
+    return textual_private.bare_text(plain, style, no_wrap)
 
 
 def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
@@ -354,7 +276,7 @@ def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
             piece = part.plain
             if part.style:
                 spans.append(Span(at, at + len(piece), part.style))
-            spans.extend(Span(at + a, at + b, style) for a, b, style in part._spans)
+            spans.extend(Span(at + a, at + b, style) for a, b, style in part.spans)
         elif isinstance(part, str):
             piece = part if part.isprintable() else strip_control_codes(part)
         else:
@@ -366,7 +288,7 @@ def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
         plain.append(piece)
         at += len(piece)
     out = text("".join(plain), no_wrap=no_wrap)
-    out._spans = spans
+    out.spans = spans
     return out
 
 

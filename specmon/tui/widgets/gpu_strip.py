@@ -122,7 +122,7 @@ class GpuStrip(StyledWidget):
             parts += [(f" {g.util_pct:.0f}", value), ("%", unit)]
         # as label.copy() with the parts appended: the label's style stays the whole cell's
         c = assemble(*parts, no_wrap=label.no_wrap)
-        c._spans[0:0] = label._spans
+        c.spans[0:0] = label.spans
         c.style = label.style
         return c
 
