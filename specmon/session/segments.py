@@ -160,14 +160,14 @@ class SegmentKeeper:
         self._lock = threading.Condition()
         self._queue: list[int] = []
         self._busy = False
-        self._thread: Optional[threading.Thread] = None
+        self._running = False  # a worker thread will look at the queue again (set and cleared under the lock)
 
     def closed(self, n: int) -> None:
         with self._lock:
             self._queue.append(n)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="specmon-segments", daemon=True)
-                self._thread.start()
+            if not self._running:  # not is_alive(): a thread that found the queue empty may still be exiting
+                self._running = True
+                threading.Thread(target=self._run, name="specmon-segments", daemon=True).start()
 
     def wait(self, timeout: Optional[float] = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -182,6 +182,7 @@ class SegmentKeeper:
         while True:
             with self._lock:
                 if not self._queue:
+                    self._running = False
                     self._lock.notify_all()
                     return
                 n = self._queue.pop(0)
