@@ -83,8 +83,13 @@ MAX_BODY_BYTES = 64 * 2**20
 MAX_RANGE_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in one query_range
 MAX_HISTORY_STEPS = 200_000
 # Without --step a history steps at the scrape interval, coarser when the window is long: at most
-# AUTO_HISTORY_STEPS steps (a week at 30 s), enough for an operating curve's bins and its knee.
-AUTO_HISTORY_STEPS = 20_160
+# AUTO_HISTORY_STEPS steps (a week at 5 minutes). What the operating curve needs sets this, not the
+# scrape interval: a bin takes part in the knee from 1 % of the window's seconds (20 steps here),
+# and a step coarser than the scrapes reads every scrape inside it (FleetQueries.averaged), so a
+# finer step only makes more rows, queries and Prometheus work for the same curve (a week of 500
+# workers at 1-minute scrapes would be 10,080 steps, 5 M worker rows: docs/observed-knee.md,
+# "History at scale").
+AUTO_HISTORY_STEPS = 2_016
 KNEE_NOTE = "knees need 1 s resolution: a ramp against a fleet worker scrapes that worker directly too"
 ROLES = {"unified": "regular", "prefill": "prefill", "decode": "decode"}
 
@@ -385,14 +390,38 @@ class FleetQueries:
 
     matchers: str = ""
     scrape_s: float = 1.0
+    step_s: Optional[float] = None  # a history's step (None: a live poll)
+
+    @property
+    def averaged(self) -> bool:
+        """A history step that spans several scrapes: each step stands for its whole interval
+        (gauges averaged over it, counters' and histograms' increase over it), so no scrape between
+        two steps goes unread and a running count is paired with the throughput of the same
+        seconds."""
+        return self.step_s is not None and self.step_s >= 2 * self.scrape_s
 
     @property
     def rate_window(self) -> str:
-        return promql_duration(max(5.0, 4 * self.scrape_s))
+        live = max(5.0, 4 * self.scrape_s)
+        return promql_duration(max(live, self.step_s) if self.averaged else live)  # type: ignore[type-var]
 
     @property
     def latency_window(self) -> str:
+        if self.averaged:
+            # the step's own requests: the live 10-scrape window would smear one step's queueing
+            # over the next ones (and their running counts)
+            return promql_duration(max(5.0, 4 * self.scrape_s, self.step_s))  # type: ignore[type-var]
         return promql_duration(max(30.0, 10 * self.scrape_s))
+
+    def _series(self) -> str:
+        if not self.averaged:
+            return f"max by ({RANK_GROUP}, __name__) ({self.sel(GAUGES)})"
+        # avg_over_time drops the metric name: each gauge is averaged on its own and named again
+        # (the `specmon` label keeps `or` from matching one gauge's series against another's)
+        w = promql_duration(self.step_s)  # type: ignore[arg-type]
+        return " or ".join(
+            f'label_replace(label_replace(max by ({RANK_GROUP}) (avg_over_time({self.sel(g)}[{w}])), '
+            f'"__name__", "{g}", "", ""), "specmon", "{g}", "", "")' for g in GAUGES)
 
     def sel(self, names: str | Sequence[str], extra: str = "", ranks: bool = True) -> str:
         alts = names if isinstance(names, str) else "|".join(names)
@@ -434,7 +463,7 @@ class FleetQueries:
             for tag, (h, q) in LATENCY_FIGURES.items()
         }
         q = {
-            "series": f"max by ({RANK_GROUP}, __name__) ({self.sel(GAUGES)})",
+            "series": self._series(),
             "age": f"max by ({GROUP}) (timestamp({self.sel('num_running_reqs')}))",
             "rates": _tagged(rates),
             "latency": _tagged(latency),
@@ -1015,7 +1044,7 @@ class PrometheusHistory:
         step = float(self.step_s or 1.0)
         # Points per query bounded: Prometheus's own per-series limit, and the answer's size.
         per_chunk = max(10, min(MAX_RANGE_POINTS, 100_000 // max(1, n)))
-        queries = FleetQueries(self.matchers, self.view.scrape_interval_s() or step).poll(self.view.jobs)
+        queries = FleetQueries(self.matchers, self.view.scrape_interval_s() or step, step).poll(self.view.jobs)
         i = 0
         while i < self.steps:
             j = min(self.steps, i + per_chunk)
