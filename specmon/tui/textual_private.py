@@ -7,10 +7,10 @@ TUI's CPU. The fast paths below do the same work with what Textual keeps interna
 
 Why in one place: none of it is Textual's API, so a Textual release may change it. pyproject.toml
 pins Textual exactly, and SPECMON_TEXTUAL_PUBLIC=1 in the environment (read once, at import) turns
-every fast path off: specmon then uses only Textual's public API, draws the same screen (the
-snapshot tests run both ways), and costs a little more CPU (docs/performance.md has the figures).
-The fleet table's own DataTable caches (widgets/fleet.py) are the exception still outside: they
-override DataTable's private methods, and its switch is FAST below.
+every fast path off: specmon then uses only Textual's public API and draws the same screen (the
+snapshot tests run both ways), at about twice the CPU a tick (benchmarks/tui_tick.py). A
+comma-separated list of the parts below (styles, lines, repaint, text, rows) turns off just those,
+to measure what each saves.
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ from textual.strip import Strip
 from textual.visual import visualize
 from textual.widget import Widget, _RenderCache
 
-# True: the fast paths below; False (SPECMON_TEXTUAL_PUBLIC=1): Textual's public API only
-FAST = os.environ.get("SPECMON_TEXTUAL_PUBLIC", "").strip().lower() not in ("1", "true", "yes", "on")
+PARTS = ("styles", "lines", "repaint", "text", "rows")
+_asked = os.environ.get("SPECMON_TEXTUAL_PUBLIC", "").strip().lower()
+PUBLIC = frozenset(PARTS if _asked in ("1", "true", "yes", "on", "all") else
+                   (p.strip() for p in _asked.split(",") if p.strip() in PARTS))
+FAST = not PUBLIC  # every fast path on (False: at least one part uses the public API only)
+FAST_STYLES, FAST_LINES, FAST_REPAINT, FAST_TEXT, FAST_ROWS = (p not in PUBLIC for p in PARTS)
 
 
 # -- component styles ------------------------------------------------------------------------
@@ -37,7 +41,7 @@ FAST = os.environ.get("SPECMON_TEXTUAL_PUBLIC", "").strip().lower() not in ("1",
 class KeptComponentStyles(Widget):
     """A widget's component styles kept until the stylesheet replaces them (see component_style),
     and only the component classes it has drawn with styled by the stylesheet. A base class for
-    StyledWidget when FAST; Widget itself otherwise."""
+    StyledWidget when FAST_STYLES; Widget itself otherwise."""
 
     def _get_component_classes(self) -> frozenset[str]:
         """The component classes the stylesheet works out for this widget when it styles it: the
@@ -69,7 +73,7 @@ class KeptComponentStyles(Widget):
         return declared
 
 
-StyledBase = KeptComponentStyles if FAST else Widget
+StyledBase = KeptComponentStyles if FAST_STYLES else Widget
 
 
 def component_style(widget: Widget, component: str) -> Style:
@@ -80,7 +84,7 @@ def component_style(widget: Widget, component: str) -> Style:
     with three arms that was the largest single cost of a tick. The stylesheet replaces a
     component's RenderStyles object whenever it re-applies CSS (theme, classes, reload), so
     that object's identity says whether the kept style is still right."""
-    if not FAST:
+    if not FAST_STYLES:
         return widget.get_component_rich_style(component, partial=True)
     source = widget._component_styles.get(component)  # replaced, not changed, by the stylesheet
     if source is None:
@@ -101,8 +105,8 @@ def draw_lines(widget: Widget, strips: Callable[[Text, int], Optional[list[Strip
     `strips` (None: Textual's own way) into Textual's render cache, so render_line hands them
     out. Textual otherwise turns what render() returns into lines through its general content
     machinery (wrapping, alignment, markup, selection) every time the widget refreshed: ~0.2 ms
-    per line, most of the TUI's CPU at 1 Hz. Nothing when not FAST (render_line renders)."""
-    if not FAST or not widget._dirty_regions:
+    per line, most of the TUI's CPU at 1 Hz. Nothing when not FAST_LINES (render_line renders)."""
+    if not FAST_LINES or not widget._dirty_regions:
         return
     size = widget.size
     visual = widget.render()
@@ -121,7 +125,7 @@ def draw_lines(widget: Widget, strips: Callable[[Text, int], Optional[list[Strip
 def forget_dirty(widget: Widget) -> None:
     """A Line API widget that makes its lines itself: the regions marked dirty are drawn by this
     render (Widget.render_line would render the widget's content again for them)."""
-    if FAST:
+    if FAST_ROWS:
         widget._dirty_regions.clear()
 
 
@@ -131,7 +135,7 @@ def repaint_lines(widget: Widget, regions: Iterable[Region]) -> None:
     going idle posts an Update message to the screen, which then marks the widget for its next
     compositor pass: two messages and two task switches per widget, for the same one pass."""
     regions = list(regions)
-    if not FAST:
+    if not FAST_REPAINT:
         widget.refresh(*regions)
         return
     try:
@@ -154,7 +158,7 @@ def bare_text(plain: str, style, no_wrap: Optional[bool]) -> Text:
     """Text(plain, style=style) for a string already known to hold no control code: rich's
     constructor takes control codes out of every string with a str.translate, ~4 us for a pane's
     line (~150 lines and pieces a tick with 3 arms)."""
-    if not FAST:
+    if not FAST_TEXT:
         return Text(plain, style=style, no_wrap=no_wrap)
     out = Text("", style=style, no_wrap=no_wrap)
     if plain:
@@ -169,7 +173,7 @@ class ComposedRows(Widget):
     """Textual's rendering of a bordered Line API widget (the arm panel), with the content lines
     that changed since the last frame put together here: the row Textual would make (border,
     padding, the line padded to the content width), from the edges it made itself for a row of
-    this widget. A base class for ArmPanel when FAST; Widget itself otherwise.
+    this widget. A base class for ArmPanel when FAST_ROWS; Widget itself otherwise.
 
     Why: Textual works a content row out from the widget's styles every time (border, outline,
     gutter, colours, a Style per edge) whatever changed in it; a 3-arm tick repaints ~28 such
@@ -178,7 +182,7 @@ class ComposedRows(Widget):
     reused until the next. Every line still goes through Textual's own render_widget (its line
     filters: NO_COLOR, ANSI colours, dimming) as before. The subclass keeps `_strips` (its
     content lines as drawn), `_built` (what they were built for), `_frame` and
-    `_filtered_styles` (None to start), `rows_composed`; tests/test_tui_panel_rows.py holds
+    `_filtered_styles` (None to start), `rows_composed`; tests/unit/test_tui_panel_rows.py holds
     these rows equal to Textual's own."""
 
     def render_lines(self, crop: Region) -> list[Strip]:
@@ -264,4 +268,4 @@ class ComposedRows(Widget):
         return key, top, bottom, left, right, inner.rich_style, content_width
 
 
-PanelBase = ComposedRows if FAST else Widget
+PanelBase = ComposedRows if FAST_ROWS else Widget
