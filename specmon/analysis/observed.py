@@ -22,6 +22,7 @@ step), else throughput flat with neither cap hit (compute). Pure: no I/O, no Tex
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -38,6 +39,7 @@ QUEUED_SHARE = 0.5  # a bin "queues" when a request waited in at least half its 
 QUEUE_TTFT_SHARE = 0.5  # or when queue time is at least half of TTFT (the ramp's queueing rule)
 QUEUE_RISE = 2.0  # ... and at least twice the queue time of the lightest load
 KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
+HIST_WINDOW_S = 30.0  # a sample's queue time and TTFT cover the scrapes of this many wall seconds
 MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
 CONFIDENCE_S = ((300.0, "high"), (60.0, "medium"), (0.0, "low"))
 
@@ -65,7 +67,8 @@ class _Bin:
     queue_w: float = 0.0
     ttft_s: float = 0.0
     ttft_w: float = 0.0
-    # queue time's share of TTFT, sample by sample (each at most 1), weighted by seconds: what says
+    # queue time's share of TTFT, sample by sample (each at most 1), weighted by seconds, counted in
+    # the bin of the most running the histograms' window saw (OperatingCurve.add): what says
     # whether the bin queues. The bin's mean queue time over its mean TTFT does not: one request
     # cohort finishing together at a capped server shows running 4 of 12 for a sample while the
     # histograms' window holds seconds of queueing, and a few such samples (queue 1-4 s) outweighed
@@ -109,6 +112,9 @@ class OperatingCurve:
         # its tok/s already are
         self.time_scale = 1.0
         self.requests = RequestLatencies()  # the server's own per-request lines, where read
+        # (ts, running) of the histograms' window, running falling from the left: its first entry
+        # is the most running the window saw (amortized O(1) a sample)
+        self._window: deque[tuple[float, int]] = deque()
 
     def set_info(self, info: Optional[ArmInfo]) -> None:
         if info is not None:
@@ -131,6 +137,11 @@ class OperatingCurve:
         self._last_ts, self.last = s.ts, s
         r = s.running_reqs
         self.requests.note(s.ts, r)
+        while self._window and self._window[-1][1] <= r:
+            self._window.pop()
+        self._window.append((s.ts, r))
+        while self._window[0][0] < s.ts - HIST_WINDOW_S:
+            self._window.popleft()
         lo, width = bin_of(r)
         b = self.bins.get(lo)
         if b is None:
@@ -154,8 +165,14 @@ class OperatingCurve:
             b.ttft_s += s.ttft_mean_s * dt
             b.ttft_w += dt
             if s.queue_time_mean_s is not None and s.ttft_mean_s > 0:
-                b.share_s += min(1.0, s.queue_time_mean_s / s.ttft_mean_s) * dt
-                b.share_w += dt
+                # The window's requests queued when running was at its most, not at the count
+                # now: once load falls from past the knee, 30 s of samples at the lower count
+                # still carry the heavier load's queueing (on a diurnal trace's falling side it
+                # called a knee of 8 for a server capped at 12), as do a capped server's cohort
+                # moments (running 4 for a scrape between cohorts)
+                peak = self.bins[bin_of(self._window[0][1])[0]]
+                peak.share_s += min(1.0, s.queue_time_mean_s / s.ttft_mean_s) * dt
+                peak.share_w += dt
         kv = s.kv_usage
         if kv is None and s.kv_used_tokens is not None and (s.kv_capacity_tokens or self.kv_capacity):
             kv = s.kv_used_tokens / (s.kv_capacity_tokens or self.kv_capacity)

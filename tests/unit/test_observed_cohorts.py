@@ -39,3 +39,32 @@ def test_cohort_moments_past_the_cap_leave_the_knee_at_the_cap():
     four = next(p for p in k.curve if p.running == 4)
     assert four.queue_s > 0.1 and four.evidence_s == 120.0, four
 
+
+
+def test_a_load_falling_from_past_the_cap_leaves_its_queueing_where_it_was():
+    """Load drops from past the cap to 8 running: for the histograms' 30 s window the samples at 8
+    still carry the heavy load's queue times. That queueing belongs to the most running the
+    window saw (12), not to 8 (it once called a knee of 8 on a diurnal trace's falling side)."""
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=12, kv_capacity_tokens=175_000))
+    t = 0.0
+
+    def level(offered: int, seconds: int, held_queue_s: float = 0.0) -> None:
+        nonlocal t
+        for i in range(seconds):
+            t += 1.0
+            running, queued = min(offered, 12), max(0, offered - 12)
+            q = 2.0 if queued else (held_queue_s if i < 30 else 0.003 * running + 0.005)
+            c.add(Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=queued,
+                         gen_tok_s=40.0 * running, kv_usage=0.004 * running, queue_time_mean_s=q,
+                         ttft_mean_s=q + 0.06))
+
+    for offered in (2, 4):
+        level(offered, 40)
+    level(8, 20)
+    for offered in (12, 16, 24):
+        level(offered, 40)
+    level(8, 35, held_queue_s=1.5)  # the window still holds the 24's queueing for 30 s
+    k = c.knee()
+    assert k.queue_onset == 12 and k.concurrency == 12 and k.limit == "request_cap", k
+    assert (k.running_now, k.headroom) == (8, 4)
