@@ -90,6 +90,10 @@ MAX_HISTORY_STEPS = 200_000
 # workers at 1-minute scrapes would be 10,080 steps, 5 M worker rows: docs/observed-knee.md,
 # "History at scale").
 AUTO_HISTORY_STEPS = 2_016
+# A history's query covers hundreds of workers over hours: the TTFT percentiles of 500 workers over
+# 200 steps took Prometheus most of a minute on a busy 2-core machine (docs/observed-knee.md).
+# Nothing live waits on it, so it may take longer than a live poll's answer ever may.
+HISTORY_TIMEOUT_S = 300.0
 KNEE_NOTE = "knees need 1 s resolution: a ramp against a fleet worker scrapes that worker directly too"
 ROLES = {"unified": "regular", "prefill": "prefill", "decode": "decode"}
 
@@ -994,7 +998,7 @@ class PrometheusHistory:
     same readings a live poll at that time would have made (FleetView.read on each step's points)."""
 
     def __init__(self, url: str, selector: Optional[str], start: float, end: float,
-                 step_s: Optional[float] = None, *, name: str = "prometheus", timeout_s: float = 60.0):
+                 step_s: Optional[float] = None, *, name: str = "prometheus", timeout_s: float = HISTORY_TIMEOUT_S):
         self.url = prometheus_base(url)
         self.selector = selector or "{}"
         self.matchers = selector_matchers(selector)
