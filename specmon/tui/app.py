@@ -452,6 +452,24 @@ class SpecmonApp(App[str]):
         self._layout_was = None  # the banner's height counts in the layout
         self._update_compact()
 
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: Optional[float] = None,
+               markup: bool = True) -> None:
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        wait = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
+        self.set_timer(wait + 0.3, self._repaint_after_toasts)
+
+    def _repaint_after_toasts(self, tries: int = 0) -> None:
+        """The whole screen repainted once the toasts are gone. Textual repaints too little of
+        the screen when a toast goes from our rack (docked top, one line down): in a terminal the
+        toast's last line stayed over whatever was under it (the ramp pane's top border in the
+        fleet demo) until a view switch repainted that region, while a screenshot, drawn afresh,
+        was clean. tests/e2e/test_tmux_demo.py compares the two."""
+        if self._torn_down():
+            return
+        self.screen.refresh()
+        if self.screen.query("Toast") and tries < 20:  # one still showing: again once it has gone
+            self.set_timer(0.5, lambda: self._repaint_after_toasts(tries + 1))
+
     def action_toggle_display(self) -> None:
         self.display_paused = not self.display_paused
         bar = self.query_one(StatusBar)
