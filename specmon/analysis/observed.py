@@ -221,11 +221,16 @@ class OperatingCurve:
         onset = _queue_onset(used, {p.running: self._share(p.running, cells) for p in used})
         candidates = [c for c in (plateau, onset) if c is not None]
         if not candidates:
+            if self.request_cap and rmax >= self.request_cap:
+                # at the cap already: more running cannot come, only requests waiting behind it
+                need = (f"running reached the request cap {self.request_cap} with too little queueing seen in "
+                        f"{self.evidence_s:.0f} s; need traffic past the cap (requests waiting)")
+            else:
+                need = (f"throughput still rising and no queueing up to {rmax} running in "
+                        f"{self.evidence_s:.0f} s; need traffic reaching ~{self._needed()} running")
             return ObservedKnee(
                 concurrency=None, limit=None, evidence_s=round(self.evidence_s, 1), running_max=rmax,
-                reason=(f"throughput still rising and no queueing up to {rmax} running in "
-                        f"{self.evidence_s:.0f} s; need traffic reaching ~{self._needed()} running"),
-                curve=points, **now)
+                reason=need, curve=points, **now)
         knee = min(candidates)
         at = [p for p in used if p.running + p.width > knee]
         limit, why = self._limit(at, knee, queued=onset is not None and onset <= knee)

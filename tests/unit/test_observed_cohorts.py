@@ -68,3 +68,19 @@ def test_a_load_falling_from_past_the_cap_leaves_its_queueing_where_it_was():
     k = c.knee()
     assert k.queue_onset == 12 and k.concurrency == 12 and k.limit == "request_cap", k
     assert (k.running_now, k.headroom) == (8, 4)
+
+
+def test_traffic_that_reached_the_cap_without_queueing_asks_for_more_past_it():
+    """At the cap with nothing waiting, "reach ~N running" would name the cap itself: the words
+    ask for traffic past it instead."""
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=4, kv_capacity_tokens=8192))
+    t = 0.0
+    for running in (1, 2, 3, 4):
+        for _ in range(20):
+            t += 1.0
+            c.add(Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=0, gen_tok_s=40.0 * running,
+                         queue_time_mean_s=0.005, ttft_mean_s=0.05))
+    k = c.knee()
+    assert k.concurrency is None and k.running_max == 4
+    assert "request cap 4" in k.reason and "past the cap" in k.reason and "reaching ~4" not in k.reason, k.reason

@@ -32,8 +32,8 @@ def running(i: int) -> int:
 
 
 def knee_of(i: int) -> ObservedKnee:
-    """w00 only ever ran 2; w01 still rising at 8; the rest: a knee of 16 (w10-w19 and w30-w39
-    at or past it, the rest below)."""
+    """w00 only ever ran 2; w01 still rising at 8; w02 at its cap (2) with nothing queued; the
+    rest: a knee of 16 (w10-w19 and w30-w39 at or past it, the rest below)."""
     if i == 0:
         return ObservedKnee(concurrency=None, limit=None, evidence_s=120.0, running_max=2,
                             reason="running never above 2 in 120 s; need traffic reaching ~8 running")
@@ -41,6 +41,10 @@ def knee_of(i: int) -> ObservedKnee:
         return ObservedKnee(concurrency=None, limit=None, evidence_s=300.0, running_max=8,
                             reason="throughput still rising and no queueing up to 8 running in 300 s; "
                                    "need traffic reaching ~16 running")
+    if i == 2:
+        return ObservedKnee(concurrency=None, limit=None, evidence_s=300.0, running_max=2,
+                            reason="running reached the request cap 2 with too little queueing seen in 300 s; "
+                                   "need traffic past the cap (requests waiting)")
     return ObservedKnee(concurrency=16, limit="request_cap", evidence_s=600.0, reason="requests queue from 16 running",
                         confidence="high", running_max=19, running_now=running(i),
                         headroom=max(0, 16 - running(i)))
@@ -84,11 +88,12 @@ async def test_the_knee_column_and_the_rows_below(tmp_path, size):
         assert rows["w05"]["knee"] == "5/16 +11"  # running 5 of a knee of 16: room for 11 more
         assert rows["w16"]["knee"] == "16/16 +0"
         assert rows["w00"]["knee"] == "— light" and rows["w01"]["knee"] == "— rising"
+        assert rows["w02"]["knee"] == "— at cap"
         # sorted on the column: the least room first, the workers with no knee last
         table.sort_column = "knee"
         table.redraw()
         order = [cells(table, r)["worker"] for r in range(N)]
-        assert cells(table, 0)["knee"].endswith(" +0") and order[-2:] in (["w00", "w01"], ["w01", "w00"])
+        assert cells(table, 0)["knee"].endswith(" +0") and sorted(order[-3:]) == ["w00", "w01", "w02"]
         table.sort_column = "worker"
         table.redraw()
         await pilot.pause()

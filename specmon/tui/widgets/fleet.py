@@ -154,16 +154,21 @@ def _num(v: Optional[float], spec: str) -> str:
 def knee_cell(arm: ArmState) -> tuple[Optional[int], str]:
     """(headroom, what the knee column reads) for one worker: "34/46 +12" (running now of its
     observed knee, room for that many more), or "—" and a word for why there is no knee yet:
-    "light" (running never went above 3) or "rising" (throughput still grows and nothing queues
-    up to the highest count seen). The headroom is the sort key: the fullest workers first."""
+    "light" (running never went above 3), "rising" (throughput still grows and nothing queues
+    up to the highest count seen) or "at cap" (running reached the request cap, too little
+    queued). The headroom is the sort key: the fullest workers first."""
     k = arm.observed
     if k is None:
         return None, "—"
     if k.concurrency is None:
         light = k.running_max is None or "never above" in k.reason or "no running" in k.reason
-        return None, "— light" if light else "— rising"
+        if light:
+            return None, "— light"
+        return None, "— at cap" if "past the cap" in k.reason else "— rising"
     # running from this tick's sample: the knee itself is recomputed every few seconds only
-    running = arm.last.running_reqs if arm.last is not None and arm.last.running_reqs is not None else k.running_now
+    running = arm.last.running_reqs if arm.last is not None else None
+    if running is None:
+        running = k.running_now
     if running is None:
         return k.headroom, f"{k.concurrency}"
     room = max(0, k.concurrency - running)
