@@ -24,7 +24,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from simproc import start_sim  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 from specmon.model import ArmSpec  # noqa: E402
 from specmon.sources.prom import MetricsSnapshot  # noqa: E402

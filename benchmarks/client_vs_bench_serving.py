@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import httpx  # noqa: E402
-import realsglang  # noqa: E402
-from simproc import start_sim  # noqa: E402
+from helpers import realsglang  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 from specmon.session.ramp import RampDriver  # noqa: E402
 from specmon.model import ArmSpec, RampPlan  # noqa: E402

@@ -40,7 +40,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from simproc import REPO, start_sim  # noqa: E402
+from helpers.simproc import REPO, start_sim  # noqa: E402
 
 _COUNTER = re.compile(rb"^sglang:num_requests_total(?:\{[^}]*\})? ([0-9.e+]+)$", re.M)
 _GAUGE = rb"^sglang:%s(?:\{[^}]*\})? ([0-9.e+]+)$"

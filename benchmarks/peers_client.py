@@ -528,7 +528,7 @@ def main() -> int:
         url, c, n, isl, osl, out = a._specmon
         exit_now(specmon_child(url, int(c), int(n), int(isl), int(osl), out))  # as the `specmon` command ends
     # here, not at the top: the specmon child (above) imports only what `specmon ramp` does
-    from simproc import start_sim
+    from helpers.simproc import start_sim
 
     tools = [t for t in a.tools.split(",") if t]
     bad = [t for t in tools if t not in TOOLS]

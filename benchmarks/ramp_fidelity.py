@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from simproc import start_sim  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 from specmon.session.ramp import RampDriver  # noqa: E402
 from specmon.model import ArmSpec, RampPlan  # noqa: E402

@@ -40,8 +40,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import realsglang  # noqa: E402
-from simproc import start_sim  # noqa: E402
+from helpers import realsglang  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 
 def tree_cpu(pid: int) -> float:

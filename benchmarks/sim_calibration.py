@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from simproc import start_sim  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 ISL, OSL = 8800, 1024
 TARGETS = {"knee_fp8": (16, 20), "knee_nvfp4": (21, 26), "ttft_ratio_c20_min": 3.0,

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from simproc import start_sim  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -69,7 +69,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from simproc import start_sim  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 MIB = 1024 * 1024
 LEVEL_CELL = 17  # samples.csv's `level` column (model.SAMPLE_COLUMNS)

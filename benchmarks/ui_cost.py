@@ -84,9 +84,9 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from gatewayproc import have_gateway, start_gateway  # noqa: E402
+from helpers.gatewayproc import have_gateway, start_gateway  # noqa: E402
 from prometheus_fleet import free_base_port, start_group, stop_group, wait_until  # noqa: E402
-from simproc import free_port, start_sim  # noqa: E402
+from helpers.simproc import free_port, start_sim  # noqa: E402
 
 SPECMON = [sys.executable, "-m", "specmon"]
 STATUS_BAR = re.compile(r"^ specmon ", re.M)

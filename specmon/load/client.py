@@ -971,7 +971,7 @@ class GenerateClient:
         self._client: Optional["httpx.AsyncClient"] = None  # for the odd non-streaming call (flush_cache)
 
     def request_bytes(self, payload: bytes) -> bytes:
-        """A /generate request as h11 would write it (tests/test_load_client.py holds them equal)."""
+        """A /generate request as h11 would write it (tests/unit/test_load_client.py holds them equal)."""
         return b"%s%d\r\n\r\n%s" % (self._head_prefix, len(payload), payload)
 
     async def aclose(self) -> None:

@@ -3,7 +3,7 @@ file opens alone, from file:// or as a mail attachment, with nothing beside it).
 
 Layout: a table wider than the window scrolls inside its own box instead of pushing the page
 sideways (the per-level tables have 20 columns: at 800 px the page itself overflowed and cut
-every row); columns of figures are right-aligned to line up, columns of words left-aligned. tests/test_report_browser.py
+every row); columns of figures are right-aligned to line up, columns of words left-aligned. tests/unit/test_report_browser.py
 opens the file in headless Chromium and checks both."""
 
 from __future__ import annotations

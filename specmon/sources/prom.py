@@ -84,7 +84,7 @@ class MetricsSnapshot:
         text = _keep_lines(text, only)
         # The kept sample lines (no HELP/TYPE left: families play no part) in the plain form SGLang
         # writes are read by one regular expression, about 5x faster; anything else goes to the
-        # full parser, so the answer (or the error) is the parser's (tests/test_sources_fuzz.py).
+        # full parser, so the answer (or the error) is the parser's (tests/unit/test_sources_fuzz.py).
         series = fast_series(text) if only is not None else None
         return cls(series if series is not None else slow_series(text), ts)
 

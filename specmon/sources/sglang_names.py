@@ -3,7 +3,7 @@
 Supported releases: 0.5.10 (0.5.10.post1) through 0.5.23. Where a name changed, both are listed
 and the readers try the newest first (a server answers with one or the other, never both). The
 recorded fixtures in tests/data/sglang-versions/<release>/ are the evidence for every entry here,
-and tests/test_sglang_versions.py fails when a figure reads empty where a fixture has it.
+and tests/unit/test_sglang_versions.py fails when a figure reads empty where a fixture has it.
 
 Metric names are bare (no `sglang:` prefix). Label changes that matter:
 - `engine_type` (0.5.23, every series) and `is_streaming` (0.5.23, request counters and

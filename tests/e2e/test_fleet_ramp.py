@@ -15,9 +15,9 @@ import urllib.request
 
 import pytest
 
-from gatewayproc import have_gateway, start_gateway
-from simproc import REPO, start_sim
-from records import rows
+from helpers.gatewayproc import have_gateway, start_gateway
+from helpers.simproc import REPO, start_sim
+from helpers.records import rows
 from specmon.model import LEVEL_COLUMNS
 from specmon.sources.gateway import worker_name
 

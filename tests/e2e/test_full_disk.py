@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
 
 
 def mount_ns_available() -> bool:

@@ -29,7 +29,7 @@ from specmon.servers.layout import load_layout, parse_layout
 from specmon.urls import normalize_url
 from specmon.wiring import arms_from_args, require_loopback_or_yes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LAYOUTS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "layouts").glob("*.yaml"))}
 TREES = {name: yaml.safe_load(text) for name, text in LAYOUTS.items()}
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's when built with it: faster

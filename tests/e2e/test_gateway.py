@@ -22,28 +22,18 @@ import urllib.request
 
 import pytest
 
-from gatewayproc import RecordingProxy, have_gateway, start_gateway
-from simproc import REPO, free_port, start_sim
-from records import rows as csv_rows
+from helpers.gatewayproc import have_gateway, RecordingProxy, start_gateway
+from helpers.simproc import REPO, free_port, start_sim
+from helpers.records import rows as csv_rows
 from specmon.analysis.ranks import rank_imbalance
 from specmon.model import ArmSpec, FleetChanged, SamplesTick
 from specmon.session.live import LiveSession
 from specmon.sources.gateway import GatewayFleet, probe
 from specmon.sources.sglang import ArmCollector
+from helpers.gateway import SPEED, model_dir, post, regular
 
 pytestmark = pytest.mark.skipif(not have_gateway(), reason="smg (pip install smg) is not installed")
 
-SPEED = 20.0
-
-
-def post(url: str, body: dict, timeout: float = 30.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def background(fn, *args) -> threading.Thread:
@@ -60,28 +50,6 @@ def wait_for(cond, timeout: float = 20.0, every: float = 0.1, what: str = "condi
             return v
         time.sleep(every)
     raise AssertionError(f"{what} not met within {timeout} s")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    # A local (empty) model folder: the gateway loads a worker's tokenizer from its model path and
-    # would look a non-local name up on the internet.
-    return str(tmp_path_factory.mktemp("model"))
-
-
-@pytest.fixture(scope="module")
-def regular(model_dir, tmp_path_factory):
-    """Worker a (plain), worker b (2 DP ranks, cap 4 a rank), worker c (not registered yet), behind
-    one gateway in regular mode. Each sim logs the requests it gets."""
-    logs = tmp_path_factory.mktemp("reqlogs")
-    with start_sim("--enable-metrics", "--model-path", model_dir, "--request-log", str(logs / "a.log"),
-                   speed=SPEED) as a, \
-         start_sim("--enable-metrics", "--model-path", model_dir, "--dp-size", "2", "--max-running-requests", "4",
-                   "--request-log", str(logs / "b.log"), speed=SPEED) as b, \
-         start_sim("--enable-metrics", "--model-path", model_dir, "--request-log", str(logs / "c.log"),
-                   speed=SPEED) as c:
-        with start_gateway("--worker-urls", a.url, b.url, "--policy", "round_robin", workers=2) as gw:
-            yield {"a": a, "b": b, "c": c, "gw": gw, "logs": logs}
 
 
 def poll(fleet: GatewayFleet):
@@ -143,7 +111,7 @@ def test_one_arm_per_worker_and_the_gateway_header(regular):
     assert {w.circuit for w in st.workers} == {"closed"} and all(w.healthy for w in st.workers)
     assert all(w.active_requests == 0 for w in st.workers)  # nothing in flight now
     # smg 1.x merges worker b's dp_rank series with a's (sglang-router 0.3.2 answered 500 here:
-    # tests/test_gateway_fixtures.py); its reading of each worker is its smg_engine_* series once its
+    # tests/unit/test_gateway_fixtures.py); its reading of each worker is its smg_engine_* series once its
     # load monitor has read the worker (every second here), its /engine_metrics until then, and
     # both together (counters from /engine_metrics, the load over them) once both have answered
     assert st.reason is None
@@ -419,42 +387,6 @@ def _port_free(port: int) -> bool:
             return True
         except OSError:
             return False
-
-
-@pytest.mark.real_sglang
-def test_a_real_sglang_server_behind_the_real_gateway(tmp_path):
-    import realsglang as rs
-
-    if rs.missing():
-        pytest.skip(rs.missing())
-    with rs.start_real(tmp_path / "sglang.log") as real:
-        with start_gateway("--worker-urls", real.url, workers=1, timeout=60) as gw:
-            async def probes():
-                return (await probe(real.url)).kind, (await probe(gw.url)).kind
-
-            assert asyncio.run(probes()) == ("server", "gateway")  # real SGLang has no /workers
-            status, body = post(gw.url + "/generate", {"text": "t1 t2 t3", "sampling_params": {"max_new_tokens": 4}})
-            assert status == 200, body
-            fleet = GatewayFleet(gw.url, metrics_url=gw.metrics_url)
-
-            async def two():
-                try:
-                    await fleet.poll()
-                    await asyncio.sleep(0.5)
-                    return await fleet.poll()
-                finally:
-                    await fleet.aclose()
-
-            reading = asyncio.run(two())
-            (w,) = reading.workers
-            assert (w.url, w.role) == (real.url, "regular")
-            st = reading.status
-            assert st.up and (st.healthy, st.total) == (1, 1) and st.policy is not None
-            # one worker: /engine_metrics merges nothing and answers; the gateway's reading of it is
-            # SGLang's own series, parsed as a direct scrape would be
-            s = reading.samples[w.name]
-            assert s.up and s.source == "gateway" and s.kv_capacity_tokens == 8192, (st.reason, s)
-            assert s.requests_finished_total is not None and s.requests_finished_total >= 1
 
 
 def test_workers_scraped_in_turn_show_their_age_and_a_stopped_one_is_down_at_once(model_dir, tmp_path, monkeypatch):

@@ -19,13 +19,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gatewayproc import have_gateway
-from simproc import free_port
+from helpers.gatewayproc import have_gateway
+from helpers.simproc import free_port
 from specmon.errors import UsageError
 from specmon.servers.launch import Supervisor
 from specmon.servers.layout import load_layout, parse_layout
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PID_LINE = re.compile(r"^----- specmon: pid (\d+) \(its own process group (\d+)\)$", re.M)
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
 
@@ -262,7 +262,7 @@ def test_kill_9_of_specmon_leaves_no_smg_and_launch_runs_the_smg_first_on_path_w
     """The operator's smg first on PATH is the one launched (its binary and version said in the log
     and session.json); --gateway-key-env starts it with that admin key and reads it with it, the key
     in no file; kill -9 of specmon (nothing of it runs) still stops the router and every worker."""
-    from gatewayproc import SMG
+    from helpers.gatewayproc import SMG
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

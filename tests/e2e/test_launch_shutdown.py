@@ -8,7 +8,6 @@ line) and must be gone after it; session.json says how the session ended.
 """
 
 import fcntl
-import json
 import os
 import re
 import signal
@@ -22,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from simproc import group_pids
 from specmon.sources import logparse as lp
+from helpers.launch import PID_LINE, exit_reason, server_pids, wait_gone
 
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
 LAYOUT = SIM + textwrap.dedent("""
@@ -37,45 +36,6 @@ LAYOUT = SIM + textwrap.dedent("""
         launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
     ramp: {{levels: [2], input_len: 300, output_len: 64, level_duration_s: 100000, settle_s: 0}}
     """).format(py=sys.executable)
-PID_LINE = re.compile(r"^----- specmon: pid (\d+) \(its own process group (\d+)\)$", re.M)
-
-
-def alive(pids) -> list[int]:
-    out = []
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def wait_gone(pids, timeout: float) -> tuple[list[int], float]:
-    """(pids still alive after up to `timeout` s, seconds it took for all to go)."""
-    t0 = time.monotonic()
-    left = alive(pids)
-    while left and time.monotonic() - t0 < timeout:
-        time.sleep(0.05)
-        left = alive(left)
-    return left, time.monotonic() - t0
-
-
-def server_pids(specmon_pid: int, session: Path) -> list[int]:
-    """Every process of every group that specmon's children lead (the servers' groups; the reaper's
-    too: it must not outlive the end either). Where the logs name the group (`----- specmon: pid N
-    (its own process group N)`), those groups must be among them."""
-    pgids = set()
-    for kid in psutil.Process(specmon_pid).children():
-        try:
-            pgids.add(os.getpgid(kid.pid))
-        except ProcessLookupError:
-            pass
-    for log in sorted((session / "logs").glob("*.log")):
-        m = PID_LINE.search(log.read_text())
-        if m:
-            assert int(m.group(2)) in pgids
-    return sorted({p for g in pgids for p in group_pids(g)})
 
 
 def wait_ready(session: Path, proc: subprocess.Popen, out_path: Path, timeout: float = 90) -> None:
@@ -87,10 +47,6 @@ def wait_ready(session: Path, proc: subprocess.Popen, out_path: Path, timeout: f
             return
         time.sleep(0.2)
     raise AssertionError("servers never became ready: " + out_path.read_text(errors="replace")[-2000:])
-
-
-def exit_reason(session: Path):
-    return json.loads((session / "session.json").read_text())["exit_reason"]
 
 
 def start_headless(tmp_path: Path):
@@ -247,53 +203,5 @@ def test_tui_ends_without_leaving_servers(tmp_path, how):
     finally:
         if master is not None:
             os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-
-
-# ---- the real SGLang server: launcher, scheduler and detokenizer ------------------------------
-
-import realsglang as rs  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.mark.real_sglang
-@pytest.mark.skipif(rs.missing() is not None, reason=rs.missing() or "")
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGHUP, id="SIGHUP"), pytest.param(signal.SIGKILL, id="SIGKILL")])
-def test_real_sglang_dies_with_specmon(tmp_path, sig):
-    """layouts/real-sglang-cpu.yaml (ramp removed) under `specmon launch --headless`, then SIGHUP or
-    kill -9 of specmon: SGLang's launcher, scheduler and detokenizer all go."""
-    text = (REPO / "layouts" / "real-sglang-cpu.yaml").read_text().split("\nramp:")[0] + "\n"
-    (tmp_path / "x.yaml").write_text(text)
-    env = dict(os.environ, SPECMON_SGLANG_VENV=str(rs.SGLANG_VENV), SPECMON_REAL_SGLANG_DIR=str(rs.REAL_DIR))
-    out_path = tmp_path / "out.txt"
-    with open(out_path, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "specmon", "launch", "x.yaml", "--headless", "--out", "s"],
-                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    session = tmp_path / "s"
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, out_path.read_text()[-3000:]
-            log = session / "logs" / "tiny-cpu.log"
-            if log.exists() and lp.READY_TEXT in log.read_text(errors="replace"):
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("real SGLang never became ready: " + out_path.read_text()[-3000:])
-        pids = server_pids(proc.pid, session)
-        names = [psutil.Process(p).name() for p in pids]
-        assert len(pids) >= 3, names  # launcher, scheduler, detokenizer (and the reaper)
-        t0 = time.monotonic()
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
-        left, took = wait_gone(pids, timeout=30)
-        print(f"real SGLang, {sig.name}: every process gone {time.monotonic() - t0:.2f} s after the signal "
-              f"({len(pids)} processes: {sorted(set(names))})")
-        assert left == [], [psutil.Process(p).cmdline()[:3] for p in alive(left)]
-        assert exit_reason(session) == ("hangup" if sig == signal.SIGHUP else None)
-    finally:
         if proc.poll() is None:
             proc.kill()

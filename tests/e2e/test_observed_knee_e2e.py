@@ -16,7 +16,8 @@ from typing import Optional
 
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
+from helpers.prometheus import PROMETHEUS, Prometheus
 
 SPEED = 5.0  # simulated seconds per wall second: levels of 100 simulated s last 20 wall s
 # A sample's TTFT and queue time are the histograms' increase over the collector's last 30 wall
@@ -109,7 +110,6 @@ def test_too_little_traffic_gives_no_knee_and_says_why(tmp_path):
 
 
 def test_prometheus_history_gives_the_same_knee(tmp_path):
-    from test_promfleet import PROMETHEUS, Prometheus
 
     if PROMETHEUS is None:
         pytest.skip("the prometheus binary is not installed (Debian: apt-get install -y prometheus)")

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.model import ArmSpec, SamplesTick
 from specmon.session.live import LiveSession
 

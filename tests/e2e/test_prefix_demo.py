@@ -5,7 +5,7 @@ import csv
 import subprocess
 import sys
 
-from simproc import REPO
+from helpers.simproc import REPO
 
 
 def test_prefix_cache_demo_shows_the_hit_rate_and_the_ttft_it_buys(tmp_path):

@@ -11,15 +11,10 @@ import contextlib
 import csv
 import http.server
 import math
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import fields
 from pathlib import Path
 from typing import Iterator, Optional
@@ -29,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from badserver import BadServer
-from simproc import REPO, free_port, start_sim
+from helpers.badserver import BadServer
+from helpers.simproc import REPO, free_port, start_sim
 from specmon.model import SAMPLE_COLUMNS, FleetChanged, Sample, SamplesTick
 from specmon.session import codec
 from specmon.session.live import LiveSession
@@ -39,70 +34,16 @@ from specmon.sources.promfleet import (
     FleetQueries, FleetView, PrometheusFleet, PromQueryError, api_data, parse_duration, parse_matrix, parse_time,
     parse_vector, prom_float, read_results, selector_matchers, short_name, worker_sample,
 )
+from helpers.prometheus import PROMETHEUS, Prometheus
+from helpers.sources_live import rows, ticks
 
-PROMETHEUS = shutil.which("prometheus") or next(
-    (p for p in ("/usr/bin/prometheus", "/usr/local/bin/prometheus") if os.access(p, os.X_OK)), None)
 needs_prometheus = pytest.mark.skipif(
     PROMETHEUS is None, reason="the prometheus binary is not installed (Debian: apt-get install -y prometheus)")
-SAMPLE_BODY = (Path(__file__).parent / "data" / "sglang-metrics-sample.prom").read_text()
+SAMPLE_BODY = (Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom").read_text()
 
 
 # --------------------------------------------------------------------------------------------
 # A real Prometheus in its own process group
-
-
-class Prometheus:
-    def __init__(self, jobs: dict[str, list[str]], port: Optional[int] = None):
-        self.dir = Path(tempfile.mkdtemp(prefix="specmon-prom-"))
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s", "scrape_configs:"]
-        for job, targets in jobs.items():
-            lines += [f"  - job_name: {job}", "    static_configs:",
-                      "      - targets: [" + ", ".join(f"'{t}'" for t in targets) + "]"]
-        (self.dir / "prometheus.yml").write_text("\n".join(lines) + "\n")
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        log = open(self.dir / "prometheus.log", "ab")
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("prometheus exited:\n" + (self.dir / "prometheus.log").read_text()[-3000:])
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1.0) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"prometheus not ready after {timeout} s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def wait_for(self, promql: str, ok, timeout: float = 30.0) -> list:
-        deadline = time.monotonic() + timeout
-        result: list = []
-        while time.monotonic() < deadline:
-            r = httpx.get(self.url + "/api/v1/query", params={"query": promql}, timeout=5)
-            result = r.json()["data"]["result"]
-            if ok(result):
-                return result
-            time.sleep(0.3)
-        raise AssertionError(f"{promql}: still {result} after {timeout} s")
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class FrozenExporter:
@@ -162,10 +103,6 @@ async def run_live(live: LiveSession, seconds: float, *others) -> list:
 
     await asyncio.gather(live.run(events.append, stop), stopper(), *others)
     return events
-
-
-def ticks(events) -> list[SamplesTick]:
-    return [e for e in events if isinstance(e, SamplesTick)]
 
 
 def of(tick: SamplesTick, port: int) -> Optional[Sample]:

@@ -6,22 +6,20 @@ import asyncio
 import http.server
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from email.utils import formatdate
 
 import pytest
 
-from badserver import LOADS, SAMPLE, SERVER_INFO
-from simproc import REPO, start_sim
-from records import rows
+from helpers.simproc import REPO, start_sim
+from helpers.records import rows
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.workload import Workload
 from specmon.model import ArmSpec, LevelFinished, Marker, RampFinished, RampPlan, RequestFinished
 from specmon.session.live import LiveSession
 from specmon.session.ramp import BACKOFF_MAX_S, RETRY_AFTER_CAP_S, Backoff, RampDriver
+from helpers.ramps import ramp_cli, RefusingServer
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -39,72 +37,9 @@ def run_ramp(arms, plan, out, interval=0.5):
     return ramp, events, reason, time.monotonic() - t
 
 
-def ramp_cli(out, url, *args, env=None, timeout=120):
-    p = subprocess.run([sys.executable, "-m", "specmon", "ramp", url, *args, "--headless", "--out", str(out)],
-                       capture_output=True, text=True, timeout=timeout, cwd=str(REPO), env=env or os.environ)
-    return p, out
-
-
 # --------------------------------------------------------------------------------------------
 # A small real HTTP/1.1 server: answers like an SGLang server on every path but /generate,
 # which answers `status` (with `headers`) to every request, and records when each came.
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "RefusingServer"
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, status, body, ctype="application/json", headers=()):
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers:
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, SAMPLE.read_bytes(), "text/plain; version=0.0.4")
-        elif path in ("/server_info", "/get_server_info"):
-            self._send(200, json.dumps(SERVER_INFO).encode())
-        elif path == "/v1/loads":
-            self._send(200, json.dumps(LOADS).encode())
-        else:
-            self._send(404, b"not found", "text/plain")
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.split("?", 1)[0] == "/generate":
-            with self.server.lock:
-                self.server.generate.append((self.client_address[1], time.monotonic()))
-            headers = [(k, v() if callable(v) else v) for k, v in self.server.headers]
-            self._send(self.server.status, b'{"error": "no"}', headers=headers)
-        else:
-            self._send(404, b"not found", "text/plain")
-
-
-class RefusingServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, status, headers=()):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.status, self.headers = status, list(headers)
-        self.lock = threading.Lock()
-        self.generate: list[tuple[int, float]] = []  # (client port, monotonic time) per /generate
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def __enter__(self):
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
-        self.server_close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ calls the queueing knee at C=72 and makes it the headline, saying it was the las
 import subprocess
 import sys
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
 
 
 def test_queueing_on_the_last_level_is_the_headline_knee(tmp_path):

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.model import ArmSpec, LevelFinished, LevelProgress, LevelStarted, RampPlan
 from specmon.session.live import LiveSession
 from specmon.session.ramp import RampDriver

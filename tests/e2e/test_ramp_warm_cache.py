@@ -4,7 +4,7 @@ empties the cache before the first level. Real simulator with its radix cache.""
 
 import asyncio
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.model import ArmSpec, LevelFinished, Marker, RampPlan
 from specmon.session.live import LiveSession
 from specmon.session.ramp import RampDriver

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
 from specmon.load.trace import load_trace
 
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom"
 
 SERVER_INFO = {
     "model_path": "bad/model", "served_model_name": "bad", "version": "0.0.bad", "tp_size": 1,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from simproc import REPO, LoggedProcess, free_port, stop_process
+from helpers.simproc import REPO, LoggedProcess, free_port, stop_process
 from specmon.servers.launch import _pdeathsig_preexec
 
 SMG = shutil.which("smg") or str(Path(os.sys.executable).parent / "smg")

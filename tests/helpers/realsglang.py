@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _first_existing(*paths: Path) -> Path:
@@ -63,7 +63,7 @@ import urllib.request  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Iterator  # noqa: E402
 
-from simproc import free_port  # noqa: E402,F401  (one free-port helper for both servers)
+from helpers.simproc import free_port  # noqa: E402,F401  (one free-port helper for both servers)
 from specmon.sources import logparse as lp  # noqa: E402
 
 READY_LINE = "The server is fired up and ready to roll!"

@@ -1,8 +1,8 @@
 """Record what specmon reads from the installed `smg` gateway into tests/data/<folder>/, so the
-shapes of a gateway release stay tested (tests/test_gateway_fixtures.py) after the dev extra moves
+shapes of a gateway release stay tested (tests/unit/test_gateway_fixtures.py) after the dev extra moves
 on to a newer one.
 
-    .venv/bin/python tests/record_gateway.py tests/data/gateway-0.3.2
+    .venv/bin/python tests/helpers/record_gateway.py tests/data/gateway-0.3.2
 
 Two setups, each behind the real gateway on 127.0.0.1: `regular/` (worker a plain, worker b with 2
 DP ranks) and `pd/` (one prefill, one decode). Requests are kept in flight while the routes are
@@ -23,10 +23,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, where the helpers package is
 
-from gatewayproc import SMG, smg_version, start_gateway  # noqa: E402
-from simproc import free_port, start_sim  # noqa: E402
+from helpers.gatewayproc import SMG, smg_version, start_gateway  # noqa: E402
+from helpers.simproc import free_port, start_sim  # noqa: E402
 
 KEY = "recorded-admin-key"  # smg 1.x: its worker routes answer 401 without it (recorded too)
 ROUTES = ("/workers", "/list_workers", "/readiness", "/get_loads", "/engine_metrics", "/v1/models",

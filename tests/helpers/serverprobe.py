@@ -1,5 +1,5 @@
 """What a client can observe of an SGLang-like server, as plain data, so that the simulator and the
-real server can be compared field by field (tests/test_sim_external.py, benchmarks/real_probe.py).
+real server can be compared field by field (tests/e2e/test_sim_external.py, benchmarks/real_probe.py).
 
 probe(url) sends: a streamed and a non-streamed /generate, GET /health, /v1/loads, /server_info,
 /metrics, and three bad requests (malformed JSON body, a body without text/input_ids, an unknown

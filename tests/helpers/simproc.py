@@ -26,7 +26,7 @@ import psutil
 
 from specmon.servers.launch import free_port as launch_free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 _HANDED_OUT: set[int] = set()

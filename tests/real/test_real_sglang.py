@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import realsglang as rs
+from helpers import realsglang as rs
 from specmon.session.ramp import RampDriver
 from specmon.model import ArmSpec, RampPlan, Sample, SessionEnded
 from specmon.session.live import LiveSession

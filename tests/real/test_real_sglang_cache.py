@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-import realsglang as rs
-from simproc import start_sim
+from helpers import realsglang as rs
+from helpers.simproc import start_sim
 from specmon.sources.derive import cache_counter_deltas, cache_hit_share
 from specmon.sources.prom import MetricsSnapshot
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import realsglang as rs
+from helpers import realsglang as rs
 from specmon.sources import logparse as lp
 from specmon.sources.spec_counts import hist_text, parse_hist_text
 

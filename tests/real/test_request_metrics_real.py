@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-import realsglang as rs
+from helpers import realsglang as rs
 from specmon.sources.request_metrics import RequestMetricsSource
 
 pytestmark = pytest.mark.real_sglang

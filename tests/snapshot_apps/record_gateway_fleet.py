@@ -32,8 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from gatewayproc import start_gateway  # noqa: E402
-from simproc import start_sim  # noqa: E402
+from helpers.gatewayproc import start_gateway  # noqa: E402
+from helpers.simproc import start_sim  # noqa: E402
 
 from specmon.model import SessionEnded  # noqa: E402
 from specmon.session.codec import encode_event  # noqa: E402

@@ -15,7 +15,7 @@ from specmon.sources.derive import cache_counter_deltas, cache_hit_share
 from specmon.sources.prom import MetricsSnapshot
 
 T0 = 2_000_000.0
-SAMPLE_PROM = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"
+SAMPLE_PROM = Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom"
 
 
 def outcome(i, sent, ttft, n, itl, prompt=100, meta=None, scheduled=None):

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from simproc import REPO, free_port, start_sim
+from helpers.simproc import REPO, free_port, start_sim
 
 SPEED = 20.0
 

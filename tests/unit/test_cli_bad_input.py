@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from simproc import REPO
+from helpers.simproc import REPO
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens there in the test environment
 FAR = "http://192.0.2.1:30000"  # TEST-NET-1 (RFC 5737): not routed, never this machine
 

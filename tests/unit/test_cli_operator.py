@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from simproc import REPO
+from helpers.simproc import REPO
 
 DEAD = "http://127.0.0.1:9"
 

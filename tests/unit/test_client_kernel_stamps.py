@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from loopback_http import STREAM_HEAD, chunk, read_request
+from helpers.loopback_http import STREAM_HEAD, chunk, read_request
 from specmon.load.client import GenerateClient, RequestOutcome, request_body
 from specmon.load.workload import Workload
 

@@ -8,8 +8,8 @@ would, and reads what the session recorded.
 import asyncio
 import time
 
-from records import rows
-from simproc import start_sim
+from helpers.records import rows
+from helpers.simproc import start_sim
 from specmon import clock
 from specmon.model import ArmSpec, LevelStarted, RampPlan
 from specmon.session.live import LiveSession

@@ -8,7 +8,7 @@ import asyncio
 import copy
 import csv
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.model import (
     ArmInfoUpdated, ArmSpec, KneeCalled, LevelFinished, LevelStarted, Marker, ObservedKneesUpdated, RampPlan, RampStarted,
     RequestFinished,

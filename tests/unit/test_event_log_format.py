@@ -16,7 +16,7 @@ from specmon.session import codec
 from specmon.session.folder import EVENTS_FILE, SessionWriter
 from specmon.session.replay import ReplaySource, read_event_log
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _ticks(n: int, workers: int) -> list[SamplesTick]:

@@ -33,6 +33,7 @@ if os.environ.get("SPECMON_NATIVE", "1") == "0":
     pytest.skip("SPECMON_NATIVE=0: the C reader is off", allow_module_level=True)
 # Built by `pip install -e .` (setup.py) wherever a C compiler is; .ci/run checks that it was.
 from specmon.load import _fastread  # noqa: E402
+from helpers.streams import captured_stream
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 RID = "5f0c1e2d3a4b59687a8b9c0d1e2f3a4b"
@@ -284,11 +285,10 @@ def test_the_request_body_is_the_same_with_and_without_c(monkeypatch):
 
 def test_random_reads_of_a_real_simulator_stream():
     """A stream the simulator wrote (its own shapes and sizes), cut at random places."""
-    from simproc import start_sim
-    from test_load_client import _captured_stream
+    from helpers.simproc import start_sim
 
     with start_sim("--profile", "fp8-mtp", speed=50) as sim:
-        raw = _captured_stream(sim, 64)
+        raw = captured_stream(sim, 64)
     head = raw.index(b"\r\n\r\n") + 4
     pieces = [raw[:head]]
     rest = raw[head:]

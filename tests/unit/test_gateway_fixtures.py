@@ -1,5 +1,5 @@
 """What specmon reads from each gateway release, over pages recorded from the real gateways
-(tests/record_gateway.py): sglang-router 0.3.2 (the last of that package) and smg 1.13.0. Each
+(tests/helpers/record_gateway.py): sglang-router 0.3.2 (the last of that package) and smg 1.13.0. Each
 recording holds two workers behind a regular gateway (one with 2 DP ranks) and a PD pair, with
 requests in flight. Fast tier: files only."""
 
@@ -14,7 +14,7 @@ from specmon.sources.gateway import (
     engine_sample, parse_gateway_metrics, parse_loads, parse_readiness, parse_registry,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 VERSIONS = {"gateway-0.3.2": "sgl-model-gateway 0.3.2", "gateway-smg-1.13": "smg 1.13.0"}
 
 

@@ -14,10 +14,10 @@ import pytest
 from specmon.model import ArmSpec
 from specmon.session.live import LiveSession
 from specmon.sources.nvml import NvmlReplay, load_fixture
-from tests.badserver import BadServer
-from tests.simproc import start_sim
+from helpers.badserver import BadServer
+from helpers.simproc import start_sim
 
-DATA = Path(__file__).parent / "data" / "gpu"
+DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
 MIB = 1024 * 1024
 
 
@@ -58,7 +58,7 @@ def test_nvml_v1_reading_counted_the_reserve():
 async def test_two_gpu_readings_replay_into_gpus_csv(tmp_path):
     readings = load_fixture(DATA / "h200-2gpu.json")
     # An SGLang-like server (not the simulator, whose arms show the card it simulates instead of
-    # this host's GPUs: tests/test_sim_gpu.py), on the host the readings came from.
+    # this host's GPUs: tests/unit/test_sim_gpu.py), on the host the readings came from.
     with BadServer() as sim:
         live = LiveSession([ArmSpec("a", sim.url)], interval=0.2, out_dir=tmp_path, nvml=NvmlReplay(readings),
                            gpu_indices={"a": [0, 1]})

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simproc import REPO
+from helpers.simproc import REPO
 
 CORE = ["specmon.model", "specmon.sources", "specmon.sources.prom", "specmon.sources.derive",
         "specmon.sources.sglang", "specmon.sources.nvml", "specmon.sources.host", "specmon.analysis.predict",

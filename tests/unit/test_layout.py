@@ -13,7 +13,7 @@ from specmon.errors import UsageError
 from specmon.servers.launch import build_argv, build_env, flag_args
 from specmon.servers.layout import load_layout, parse_layout, resolve_layout
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["demo", "nvfp4-mtp", "three-drafters", "fp8-vs-nvfp4", "tp8-nextn", "fleet"]
 
 GOOD = """
@@ -208,7 +208,7 @@ def test_env_references_in_command_and_flags():
 
 
 def test_real_sglang_layout_needs_its_two_variables():
-    real = Path(__file__).resolve().parents[1] / "layouts" / "real-sglang-cpu.yaml"
+    real = Path(__file__).resolve().parents[2] / "layouts" / "real-sglang-cpu.yaml"
     env = {"SPECMON_SGLANG_VENV": "/v", "SPECMON_REAL_SGLANG_DIR": "/r"}
     layout, warnings = load_layout(real, env=env)
     argv = build_argv(layout, layout.arms[0], 9, env=env)

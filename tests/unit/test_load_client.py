@@ -1,19 +1,15 @@
 """The streaming client against a real sim: token counting, keep-alive reuse, auth errors."""
 
 import asyncio
-import re
 import time
 
 import pytest
 
-from simproc import start_sim
-from specmon.load.client import GenerateClient, RequestOutcome
+from helpers.simproc import start_sim
+from specmon.load.client import GenerateClient
 from specmon.load.workload import Workload
-
-
-async def send(client, prompt, n, rid="r"):
-    o = RequestOutcome(request_id=rid, t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
-    return await client.generate(prompt, n, o)
+from helpers.streams import captured_stream, feed_stream
+from helpers.load_client import send
 
 
 def test_tokens_counted_from_completion_tokens_and_connections_reused(monkeypatch):
@@ -64,170 +60,29 @@ def test_wrong_key_is_a_recorded_error(monkeypatch):
     assert o.ttft is None and o.e2e is None and "wrong" not in o.error
 
 
-def test_stale_keepalive_is_resent_and_refused_connection_recorded():
-    """uvicorn drops an idle kept-alive socket after 5 s: the next request on it must go out
-    again on a fresh connection, not be recorded as a failure of the server."""
-    with start_sim("--profile", "fp8-mtp", speed=50) as sim:
-        async def main():
-            c = GenerateClient(sim.url, max_concurrency=1)
-            w = Workload(input_len=16, seed=1)
-            a = await send(c, w.prompt(0), 4)
-            await asyncio.sleep(6.0)  # past uvicorn's keep-alive timeout
-            b = await send(c, w.prompt(1), 4)
-            opened = c.connections_opened
-            await c.aclose()
-            return a, b, opened
-        a, b, opened = asyncio.run(main())
-        port = sim.port
-    assert a.status == "ok" and b.status == "ok", (a.error, b.error)
-    assert opened == 2 and b.completion_tokens == 4
-    # The first byte is the kernel's stamp of its arrival; t_written is read after write()
-    # returned, so a thread preempted there (a busy CI host) stamps it after the answer came.
-    assert b.t_sent <= b.t_written and b.t_sent <= b.t_first_byte <= b.token_events[0][0] <= b.t_end
-
-    async def refused():
-        c = GenerateClient(f"http://127.0.0.1:{port}", max_concurrency=1)  # the sim is gone
-        o = await send(c, Workload(input_len=8).prompt(0), 4)
-        await c.aclose()
-        return o
-    o = asyncio.run(refused())
-    assert o.status == "error" and o.error.startswith("ConnectError"), o.error
-
-
-def test_server_dying_mid_stream_and_a_stalled_server():
-    with start_sim("--profile", "fp8-mtp", "--fault-crash-after", "1", speed=5) as sim:
-        async def main():
-            c = GenerateClient(sim.url, max_concurrency=2)
-            w = Workload(input_len=64, seed=2)
-            # the short one finishes and triggers the crash while the long one is streaming
-            short, long_ = await asyncio.gather(send(c, w.prompt(0), 2, "s"), send(c, w.prompt(1), 2000, "l"))
-            await c.aclose()
-            return short, long_
-        short, long_ = asyncio.run(main())
-    assert short.status == "ok"
-    assert long_.status == "error" and long_.token_events, long_.error
-    assert long_.error.startswith(("ReadError", "stream ended without [DONE]")), long_.error
-    assert long_.e2e is None
-    # the server's request id comes with its first chunk: a stream cut before its final event
-    # still joins with the server's side of it
-    assert short.rid == short.final_meta["id"] and re.fullmatch(r"[0-9a-f]{32}", short.rid)
-    assert (long_.final_meta or {}).get("finish_reason") is None  # no final event came
-    assert long_.rid and re.fullmatch(r"[0-9a-f]{32}", long_.rid)
-    assert long_.rid != short.rid and long_.record("a", 0, 2, 1.0, True).rid == long_.rid
-
-    with start_sim("--profile", "fp8-mtp", "--fault-stall-after", "1", "--fault-stall-s", "30", speed=5) as sim:
-        async def stalled():
-            c = GenerateClient(sim.url, max_concurrency=2, timeout_s=1.5)
-            w = Workload(input_len=64, seed=3)
-            first = await send(c, w.prompt(0), 2, "a")          # finishing it starts the stall
-            t0 = time.perf_counter()
-            second = await send(c, w.prompt(1), 50, "b")
-            waited = time.perf_counter() - t0
-            await c.aclose()
-            return first, second, waited
-        first, second, waited = asyncio.run(stalled())
-    assert first.status == "ok"
-    assert second.status == "timeout" and second.error == "ReadTimeout"
-    assert 1.4 < waited < 5.0
-
-
-def test_cancelled_request_closes_its_stream_and_the_server_aborts_it():
-    with start_sim("--profile", "fp8-mtp", "--decode-log-interval", "4", speed=2) as sim:
-        async def main():
-            c = GenerateClient(sim.url, max_concurrency=1)
-            task = asyncio.ensure_future(send(c, Workload(input_len=64, seed=4).prompt(0), 5000))
-            await asyncio.sleep(1.0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            left = len(c._free)
-            await c.aclose()
-            return left
-        assert asyncio.run(main()) == 0  # a cut stream's socket is never reused
-        time.sleep(0.5)  # the sim's abort and its last log lines on their way
-        decodes = sim.log_text().count("Decode batch")
-        assert decodes > 0
-        time.sleep(1.5)  # a running request logs a decode line every ~0.1 s here
-        assert sim.log_text().count("Decode batch") <= decodes + 1  # the server stopped decoding it
-
-
-def _captured_stream(sim, n_tokens):
-    """The raw bytes of one real streamed /generate answer from the sim (head + chunked body)."""
-    import json
-    import socket
-
-    body = json.dumps({"input_ids": Workload(input_len=64, seed=5).prompt(0).input_ids, "stream": True,
-                       "sampling_params": {"max_new_tokens": n_tokens, "ignore_eos": True}}).encode()
-    with socket.create_connection(("127.0.0.1", sim.port)) as s:
-        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        raw = b""
-        while not raw.endswith(b"0\r\n\r\n"):
-            got = s.recv(65536)
-            assert got, "the sim closed before the end of the stream"
-            raw += got
-    return raw
-
-
-def _feed(raw, cuts, via_h11=False):
-    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would (a
-    head cut short goes to h11, a whole one is read by the client itself; via_h11: every head
-    goes to h11, as before the client read heads itself)."""
-    from specmon.load.client import _Exchange, _h11_after_request, _Stream
-
-    class _Transport:  # the socket end: nothing is written back in these tests
-        closed = False
-
-        def is_closing(self):
-            return self.closed
-
-        def close(self):
-            self.closed = True
-
-    loop = asyncio.new_event_loop()
-    try:
-        conn = _Stream()
-        conn.connection_made(_Transport())
-        if via_h11:
-            conn.h11 = _h11_after_request()
-        o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
-        o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
-        done = loop.create_future()
-        conn.exchange = _Exchange(conn, o, done)
-        for a, b in zip([0, *cuts], [*cuts, len(raw)]):
-            conn.data_received(raw[a:b])
-        if not done.done():
-            conn.connection_lost(None)
-        return o, conn
-    finally:
-        loop.close()
-
-
 def test_chunked_stream_read_the_same_however_the_socket_splits_it():
     """The chunked body is framed by the client itself (not h11): a real stream handed over whole,
     byte by byte, or cut in two at every position must read the same; cut short, it is an error."""
     with start_sim("--profile", "fp8-mtp", speed=50) as sim:
-        raw = _captured_stream(sim, 12)
+        raw = captured_stream(sim, 12)
     assert b"transfer-encoding: chunked" in raw.lower()
-    whole, conn = _feed(raw, [])
+    whole, conn = feed_stream(raw, [])
     assert whole.status == "ok", whole.error
     assert sum(n for _, n in whole.token_events) == 12 and whole.rid and whole.events >= 2
     assert conn.reusable()  # keep-alive: the socket goes back to the pool for the next request
     head_end = raw.index(b"\r\n\r\n") + 4
     splits = [list(range(1, len(raw)))] + [[i] for i in range(1, len(raw))]
     for cuts in splits:
-        o, conn = _feed(raw, cuts)
+        o, conn = feed_stream(raw, cuts)
         assert (o.status, o.rid, o.events, [n for _, n in o.token_events]) == \
             (whole.status, whole.rid, whole.events, [n for _, n in whole.token_events]), cuts[:3]
         assert conn.reusable()
     for end in (head_end + 3, len(raw) - 7, len(raw) - 2):  # the connection dies before the last chunk
-        o, conn = _feed(raw[:end], [])
+        o, conn = feed_stream(raw[:end], [])
         assert o.status == "error" and o.error.startswith("ReadError"), (end, o.error)
         assert not conn.reusable()
     bad = raw[:head_end] + b"zz\r\n" + raw[head_end:]
-    o, conn = _feed(bad, [])
+    o, conn = feed_stream(bad, [])
     assert o.status == "error" and "chunk size" in o.error and not conn.reusable()
 
 
@@ -236,7 +91,7 @@ def test_the_clients_own_reading_of_a_response_head_is_h11s():
     other) give the same request as h11 reading every head: status, tokens, keep-alive, the
     error text; a head h11 refuses is refused the same way."""
     with start_sim("--profile", "fp8-mtp", speed=50) as sim:
-        raw = _captured_stream(sim, 6)
+        raw = captured_stream(sim, 6)
     head_end = raw.index(b"\r\n\r\n") + 4
     body = raw[head_end:]
     sized = b'{"error": {"message": "busy"}}'
@@ -260,11 +115,11 @@ def test_the_clients_own_reading_of_a_response_head_is_h11s():
         response = head + (sized if b"Content-Length: %d" % len(sized) in head else
                            b"data" if b"Content-Length: 4" in head else body)
         for cuts in ([], [len(head) - 1], [len(head) + 1]):
-            got = [_feed(response, cuts, via_h11=h) for h in (False, True)]
+            got = [feed_stream(response, cuts, via_h11=h) for h in (False, True)]
             seen = [(x.status, x.error, x.http_status, x.retry_after_s, x.t_first_byte is not None, x.rid,
                      [n for _, n in x.token_events], c.reusable()) for x, c in got]
             assert seen[0] == seen[1], (head, cuts, seen)
-    whole, conn = _feed(raw, [])
+    whole, conn = feed_stream(raw, [])
     assert whole.status == "ok" and conn.reusable() and conn.h11 is None  # read without h11
 
 
@@ -290,51 +145,6 @@ def test_the_request_head_is_the_one_h11_writes(monkeypatch):
     with pytest.raises(ValueError) as e:
         GenerateClient("http://127.0.0.1:9", max_concurrency=1, api_key_env="SPECMON_TEST_KEY")
     assert "sk-12" not in str(e.value)
-
-
-def _dechunk(body):
-    out, pos = b"", 0
-    while True:
-        eol = body.index(b"\r\n", pos)
-        size = int(body[pos:eol], 16)
-        if size == 0:
-            return out
-        out += body[eol + 2:eol + 2 + size]
-        pos = eol + 2 + size + 2
-
-
-def test_sse_events_in_other_legal_shapes_read_the_same():
-    """The same stream re-written as other valid SSE: a comment event before some events, no space
-    after `data:`, a second line on an event (so its first newline is not its end), two events to an
-    HTTP chunk; whole and cut at every position it reads as the server's own bytes did."""
-    with start_sim("--profile", "fp8-mtp", speed=2) as sim:
-        raw = _captured_stream(sim, 24)
-    head_end = raw.index(b"\r\n\r\n") + 4
-    events = [e for e in _dechunk(raw[head_end:]).split(b"\n\n") if e]
-    assert len(events) >= 4 and events[-1] == b"data: [DONE]"
-    shaped = []
-    for k, e in enumerate(events):
-        last = k >= len(events) - 2  # the final meta_info event and [DONE] stay one-line
-        if k % 4 == 1:
-            shaped.append(b": ping\n\n" + e + b"\n\n")
-        elif k % 4 == 2:
-            shaped.append(e.replace(b"data: ", b"data:", 1) + b"\n\n")
-        elif k % 4 == 3 and not last:
-            shaped.append(e + b"\n: a second line\n\n")
-        else:
-            shaped.append(e + b"\n\n")
-    body = b""
-    for k in range(0, len(shaped), 2):
-        part = b"".join(shaped[k:k + 2])
-        body += b"%x\r\n%s\r\n" % (len(part), part)
-    other = raw[:head_end] + body + b"0\r\n\r\n"
-    whole, _ = _feed(raw, [])
-    assert whole.status == "ok", whole.error
-    want = (whole.status, whole.rid, whole.events, [n for _, n in whole.token_events], whole.completion_tokens)
-    for cuts in [[]] + [[i] for i in range(head_end - 2, len(other))]:
-        o, conn = _feed(other, cuts)
-        assert (o.status, o.rid, o.events, [n for _, n in o.token_events], o.completion_tokens) == want, cuts
-        assert conn.reusable()
 
 
 def test_the_final_event_is_read_for_its_meta_info_alone_only_where_that_is_safe():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from loopback_http import STREAM_HEAD, chunk, read_request
+from helpers.loopback_http import STREAM_HEAD, chunk, read_request
 from specmon.load import loop as load_loop
 from specmon.load import native
 from specmon.load.client import GenerateClient, RequestOutcome

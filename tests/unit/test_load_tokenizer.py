@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
 
 tokenizers = pytest.importorskip("tokenizers")
 

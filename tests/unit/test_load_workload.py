@@ -153,7 +153,7 @@ def test_text_prompts_have_the_exact_token_count():
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from realsglang import TINY_MODEL
+    from helpers.realsglang import TINY_MODEL
 
     if not TINY_MODEL.exists():
         pytest.skip(f"no local tokenizer at {TINY_MODEL}")

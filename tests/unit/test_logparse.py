@@ -6,7 +6,7 @@ import pytest
 
 from specmon.sources import logparse as lp
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 EAGLE = ("[2025-11-30 09:15:43] Decode batch, #running-req: 48, #token: 55631, token usage: 0.09, accept len: 3.08, "
          "accept rate: 0.77, cuda graph: True, gen throughput (token/s): 6380.24, #queue-req: 16")

@@ -22,7 +22,7 @@ from specmon.servers.layout import load_layout, parse_layout
 from specmon.urls import is_loopback, normalize_url
 from specmon.wiring import arms_from_args
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ARM = "arms:\n  - {name: a, attach: 'http://127.0.0.1:1'}\n"
 
 

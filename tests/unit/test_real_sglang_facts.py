@@ -1,4 +1,4 @@
-"""Fast tier: what the real SGLang 0.5.10.post1 showed (tests/test_real_sglang.py, measured on the
+"""Fast tier: what the real SGLang 0.5.10.post1 showed (tests/real/test_real_sglang.py, measured on the
 CPU engine), pinned as plain facts specmon's code must honour without starting a server."""
 
 from __future__ import annotations

@@ -8,13 +8,12 @@ own helpers.
 from __future__ import annotations
 
 import csv
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from simproc import REPO
+from helpers.simproc import REPO
 from specmon.errors import UsageError
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, KneeCalled, LaunchContext, LevelFinished, LevelResult, PredictedKnee, RampPlan,
@@ -27,6 +26,7 @@ from specmon.analysis.knee import power_knee
 from specmon.report.markdown import render_md
 from specmon.report.tables import build_report
 from specmon.session.folder import SessionWriter
+from helpers.report import specmon
 
 DATA = REPO / "tests" / "data"
 SESSIONS = [DATA / "session_sim_3arm", DATA / "session_demo_2arm", DATA / "session_sim_1arm"]
@@ -265,11 +265,6 @@ def test_drafter_comparison_on_the_recorded_three_arm_session():
 # The command line
 
 
-def specmon(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "specmon", "report", *map(str, args)], cwd=str(cwd or REPO),
-                          capture_output=True, text=True, timeout=120)
-
-
 def test_cli_md_prints_and_writes_report_md(tmp_path):
     p = specmon(DATA / "session_sim_3arm", DATA / "session_demo_2arm", "--at", "30,40",
                 "--price-per-gpu-hour", "2.5", "--out", tmp_path)
@@ -277,71 +272,6 @@ def test_cli_md_prints_and_writes_report_md(tmp_path):
     assert "### session_demo_2arm/nvfp4-mtp" in p.stdout and "### session_sim_3arm/fp8-nospec" in p.stdout
     assert (tmp_path / "report.md").read_text() == p.stdout
     assert str(tmp_path / "report.md") in p.stderr
-
-
-def test_cli_png_and_html(tmp_path):
-    p = specmon(DATA / "session_demo_2arm", "--format", "png", "--at", "35,45", "--out", tmp_path / "png")
-    assert p.returncode == 0, p.stderr
-    paths = [Path(x) for x in p.stdout.split()]
-    names = {x.stem for x in paths}
-    assert names == {"throughput_vs_concurrency", "ttft_vs_concurrency", "per_user_vs_concurrency", "frontier",
-                     "accept_length_vs_concurrency"}
-    for x in paths:
-        data = x.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, x
-
-    p = specmon(DATA / "session_demo_2arm", "--format", "html", "--out", tmp_path / "html")
-    assert p.returncode == 0, p.stderr
-    html = (tmp_path / "html" / "report.html").read_text()
-    assert p.stdout.strip() == str(tmp_path / "html" / "report.html")
-    assert html.count("data:image/png;base64,") == 5
-    assert "<th>TTFT p99 s</th>" in html and "Matched interactivity" in html
-    with open(DATA / "session_demo_2arm" / "levels.csv", newline="") as f:
-        first = next(csv.DictReader(f))
-    assert f"<td>{float(first['output_tok_s']):.1f}</td>" in html
-
-
-def _bad(tmp_path, name, files: dict[str, bytes | str]) -> Path:
-    d = tmp_path / name
-    d.mkdir()
-    for fname, content in files.items():
-        (d / fname).write_bytes(content if isinstance(content, bytes) else content.encode())
-    return d
-
-
-def _garble(levels_csv: str) -> str:
-    """The first row's output_tok_s replaced by a word."""
-    lines = levels_csv.splitlines(keepends=True)
-    col = lines[0].rstrip("\r\n").split(",").index("output_tok_s")
-    cells = lines[1].rstrip("\r\n").split(",")
-    assert cells[col], "the recording must have a throughput on its first row"
-    cells[col] = "lots"
-    lines[1] = ",".join(cells) + "\n"
-    return "".join(lines)
-
-
-def test_cli_bad_input_exits_2_with_one_line(tmp_path):
-    good = DATA / "session_sim_1arm"
-    meta = (good / "session.json").read_text()
-    levels = (good / "levels.csv").read_text()
-    cases = {
-        "missing": (tmp_path / "nope", "nope"),
-        "not a session": (_bad(tmp_path, "empty", {"notes.txt": "hi"}), "session.json"),
-        "no levels": (_bad(tmp_path, "nolevels", {"session.json": meta, "samples.csv": (good / "samples.csv").read_text()}),
-                      "levels.csv"),
-        "garbled value": (_bad(tmp_path, "garbled", {"session.json": meta, "levels.csv": _garble(levels)}),
-                          "levels.csv:2"),
-        "binary": (_bad(tmp_path, "binary", {"session.json": meta, "levels.csv": b"\xff\xfe\x00garbage\x81"}),
-                   "levels.csv"),
-        "wrong columns": (_bad(tmp_path, "columns", {"session.json": meta, "levels.csv": "a,b\n1,2\n"}), "levels.csv"),
-        "bad json": (_bad(tmp_path, "json", {"session.json": "{not json", "levels.csv": levels}), "session.json"),
-    }
-    for what, (folder, named) in cases.items():
-        p = specmon(folder, "--out", tmp_path / "out")
-        assert p.returncode == 2, (what, p.stdout, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and named in lines[0], (what, p.stderr)
-        assert "Traceback" not in p.stderr
 
 
 def test_load_sessions_refuses_a_folder_without_levels(tmp_path):

@@ -10,7 +10,7 @@
   orange lines), not an empty frame.
 
 Skipped, saying so, where Chromium is not installed (`apt-get install -y chromium`; .ci/run
-installs it). `python tests/test_report_browser.py` writes screenshots/specmon-report.png.
+installs it). `python tests/unit/test_report_browser.py` writes screenshots/specmon-report.png.
 Nothing leaves the machine: the report needs no network and Chromium's own background traffic
 is switched off, every host name resolving to nothing.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simproc import REPO  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.simproc import REPO  # noqa: E402
 
 SESSION = REPO / "tests" / "data" / "session_demo_2arm"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -22,7 +22,7 @@ from specmon.model import ObservedRequestsRead, ObservedWindow
 from specmon.session import codec
 from specmon.sources.request_metrics import ExportFileTail, RequestMetricsSource, sources_from_args
 
-DATA = Path(__file__).parent / "data" / "request-metrics"
+DATA = Path(__file__).resolve().parents[1] / "data" / "request-metrics"
 PLAIN = DATA / "sglang-request-metrics-20261205_11.log"
 NGRAM = DATA / "ngram" / "sglang-request-metrics-20261205_11.log"
 

@@ -6,59 +6,12 @@ the same one the simulator wrote in its wire log for that request, and stamps to
 each level row's window (window_start, window_s) is the one its throughput was counted over.
 """
 
-import csv
-import json
 import re
-import subprocess
-import sys
 
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.requests_rid import SETTLE_S, session
 
-SETTLE_S = 1.0
-JOIN_S = 0.1  # seconds
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-@pytest.fixture(scope="module")
-def session(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rid")
-    wire_log, out = tmp / "wire.jsonl", tmp / "session"
-    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", "--startup-s", "1", "--wire-log", str(wire_log),
-                   speed=1.0, timeout=60) as sim:
-        p = subprocess.run(
-            [sys.executable, "-m", "specmon", "ramp", sim.url, "--levels", "2,4", "--level-duration", "4",
-             "--settle", str(SETTLE_S), "--input-len", "256", "--output-len", "24", "--interval", "0.5",
-             "--headless", "--out", str(out)],
-            cwd=str(REPO), capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    wire = [json.loads(line) for line in wire_log.read_text().splitlines()]
-    return _rows(out / "requests.csv"), _rows(out / "levels.csv"), wire
-
-
-def test_every_request_row_carries_the_servers_rid_as_the_wire_log_has_it(session):
-    reqs, _, wire = session
-    assert len(reqs) >= 8
-    served = {w["rid"]: w for w in wire if w["path"] == "/generate" and w["status"] == 200}
-    rids = [r["rid"] for r in reqs]
-    assert all(rids), "a row without the server's request id"
-    assert len(set(rids)) == len(rids)
-    # the same requests on both sides: each row is one the server served, and nothing it served
-    # is missing from the recording
-    assert set(rids) == set(served)
-    for r in reqs:
-        w = served[r["rid"]]
-        # joined by id, the two clocks agree (same host, same wall clock): the server saw the
-        # request after the client sent it, and the client's end is close to the server's last
-        # body. Close, not after: the server stamps a body once its write returned to it, and a
-        # busy server resumes later than the client reads the bytes (seen: 2.5 ms).
-        assert float(r["t_start"]) <= w["t_in"] < float(r["t_start"]) + 1.0
-        assert abs(float(r["t_end"]) - w["t_last_body"]) < JOIN_S
 
 
 def test_request_stamps_are_written_to_the_microsecond(session):

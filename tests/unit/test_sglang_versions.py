@@ -23,7 +23,7 @@ from specmon.sources.prom import MetricsSnapshot
 from specmon.sources.serverinfo import arm_info_from_server_info, parse_loads, parse_loads_ranks
 from specmon.sources.sglang import USED_METRICS, ArmCollector
 
-DATA = Path(__file__).parent / "data" / "sglang-versions"
+DATA = Path(__file__).resolve().parents[1] / "data" / "sglang-versions"
 RELEASES = names.RELEASES
 GAP_S = 10.0  # seconds between the idle and the loaded scrape, as the test lays them out
 

@@ -30,9 +30,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.sources import logparse
-from tests.simproc import start_sim
+from helpers.simproc import start_sim
 
-DATA = Path(__file__).parent / "data" / "sglang-versions"
+DATA = Path(__file__).resolve().parents[1] / "data" / "sglang-versions"
 # --sglang-version spelling -> recording folder
 VERSIONS = {"0.5.23": "0.5.23", "0.5.10.post1": "0.5.10"}
 

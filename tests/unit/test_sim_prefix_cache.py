@@ -12,7 +12,7 @@ import threading
 
 import httpx
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.servers.sim.radix import RadixCache
 
 SHARED = list(range(1000, 7000))            # a 6,000-token shared prefix (a system prompt, a document)

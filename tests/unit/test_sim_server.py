@@ -12,41 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simproc import REPO, start_sim
+from helpers.simproc import REPO, start_sim
+from helpers.simclient import GEN, families, load
 
-SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
-GEN = {"input_ids": list(range(1, 200)), "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
-
-
-def families(text: str) -> dict:
-    """name -> (type, set of label keys over its samples, '_bucket' le values of the first series)."""
-    out: dict = {}
-    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^([^{\s]+)(?:\{(.*)\})? ", line)
-        name, labels = m.group(1), m.group(2) or ""
-        base = next((f for f in types if name == f or (name.startswith(f) and name[len(f):] in
-                                                         ("_bucket", "_sum", "_count", "_total"))), name)
-        keys = frozenset(k for k in re.findall(r'(\w+)="', labels) if k not in ("le", "pid"))
-        t, ks = out.get(base, (types.get(base), set()))
-        ks.add(keys)
-        out[base] = (t, ks)
-    return out
-
-
-def load(url: str, n: int = 6, stream: bool = True) -> list:
-    bodies = []
-    with httpx.Client(base_url=url, timeout=30) as c:
-        for i in range(n):
-            body = dict(GEN, stream=stream)
-            bodies.append(c.post("/generate", json=body).text)
-    return bodies
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
 
 
 def test_metrics_families_match_sglang_sample():
-    # The sample is 0.5.10.post1's page (0.5.23's: tests/test_sim_matches_sglang_versions.py).
+    # The sample is 0.5.10.post1's page (0.5.23's: tests/unit/test_sim_matches_sglang_versions.py).
     with start_sim("--enable-metrics", "--decode-log-interval", "5", "--sglang-version", "0.5.10",
                    speed=100) as sim:
         load(sim.url, 4)
@@ -128,18 +101,6 @@ def test_api_key_and_bad_bodies():
         assert c.get("/nope", headers=h).json() == {"detail": "Not Found"}
 
 
-def test_flush_cache_busy_and_idle():
-    with start_sim(speed=5) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
-        import threading
-        t = threading.Thread(target=lambda: c.post("/generate", json={
-            "input_ids": [1] * 50, "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}))
-        t.start()
-        time.sleep(0.3)
-        assert c.post("/flush_cache").status_code == 400
-        t.join()
-        assert c.post("/flush_cache").status_code == 200
-
-
 def test_unknown_profile_and_port_in_use():
     p = subprocess.run([sys.executable, "-m", "specmon", "sim", "--profile", "nope"], capture_output=True,
                        text=True, cwd=REPO)
@@ -207,52 +168,6 @@ def test_tokens_never_reach_the_client_before_their_stamp(tmp_path):
         # (one clock, the host's: the simulator's own stamps follow its scheduler's clock, which
         # a busy host can hold back a little)
         assert sent_at[w["rid"]] <= w["t_in"]
-
-
-def test_faults():
-    with start_sim("--fault-crash-after", "2", speed=100) as sim:
-        load(sim.url, 2, stream=False)
-        sim.proc.wait(10)
-        assert sim.proc.returncode != 0
-    with start_sim("--fault-503-above", "1", speed=2) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
-        import threading
-        t = threading.Thread(target=lambda: c.post("/generate", json={
-            "input_ids": [1] * 50, "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}))
-        t.start()
-        time.sleep(0.3)
-        assert c.post("/generate", json=GEN).status_code == 503
-        t.join()
-    with start_sim("--fault-metrics", "malformed", "--enable-metrics", speed=100) as sim:
-        assert "garbage" in httpx.get(sim.url + "/metrics").text
-    with start_sim("--fault-refuse", speed=100, wait=False) as sim:
-        time.sleep(1.0)
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(sim.url + "/health", timeout=2)
-    with start_sim("--fault-stall-after", "1", "--fault-stall-s", "1.5", speed=100) as sim:
-        load(sim.url, 1, stream=False)
-        t0 = time.monotonic()
-        load(sim.url, 1, stream=False)
-        assert time.monotonic() - t0 > 1.0
-
-
-def test_physics_queueing_when_pool_is_full():
-    """A pool of 4000 tokens holds 3 requests of 1000+200: the rest must queue (gauge and /v1/loads)."""
-    with start_sim("--max-total-tokens", "4000", "--enable-metrics", "--decode-log-interval", "2",
-                   "--startup-s", "0.5", speed=1) as sim:
-        import threading
-        body = {"input_ids": list(range(1000)), "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
-        ts = [threading.Thread(target=lambda: httpx.post(sim.url + "/generate", json=body, timeout=60))
-              for _ in range(8)]
-        for t in ts:
-            t.start()
-        time.sleep(0.4)
-        e = httpx.get(sim.url + "/v1/loads").json()["loads"][0]
-        assert e["num_waiting_reqs"] > 0 and 1 <= e["num_running_reqs"] <= 3
-        assert e["num_used_tokens"] <= 4000
-        for t in ts:
-            t.join()
-        m = httpx.get(sim.url + "/metrics").text
-        assert re.search(r"sglang:num_requests_total\{[^}]*\} 9\.0", m)  # 8 + the warm-up
 
 
 def test_text_prompts_counted_with_the_models_tokenizer(tmp_path):

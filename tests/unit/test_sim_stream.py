@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 
 PROMPT = list(range(1, 1025))
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from simproc import free_port
+from helpers.simproc import free_port
 from specmon.model import ArmSpec
 from specmon.sources import host
 from specmon.sources.host import HostCollector

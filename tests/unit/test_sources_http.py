@@ -14,7 +14,7 @@ from typing import Callable
 import httpx
 import pytest
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.model import ArmSpec
 from specmon.sources import http
 from specmon.sources.sglang import ArmCollector, lean_target

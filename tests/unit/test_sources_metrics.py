@@ -12,9 +12,9 @@ from specmon.sources.derive import ScrapeWindow, histogram_delta, histogram_quan
 from specmon.sources.prom import Histogram, MetricsSnapshot
 from specmon.sources.serverinfo import arm_info_from_server_info, parse_loads
 
-SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom"  # made by SGLang's own code
 if not SAMPLE.exists():  # the copy shipped with the repo's tests, when the shared folder is absent
-    SAMPLE = Path(__file__).parent / "data" / "sglang-metrics-sample.prom"
+    SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sglang-metrics-sample.prom"
 
 
 def colon_text() -> str:

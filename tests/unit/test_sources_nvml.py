@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simproc import REPO
+from helpers.simproc import REPO
 from specmon.errors import UsageError
 from specmon.model import GpuProcess, GpuReading, GpuSnapshot
 from specmon.sources.nvml import NvmlReader, NvmlReplay, load_fixture, save_fixture

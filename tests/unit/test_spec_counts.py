@@ -10,8 +10,9 @@ import sys
 import httpx
 import pytest
 
-from simproc import start_sim
+from helpers.simproc import start_sim
 from specmon.sources.spec_counts import hist_text, openai_spec_details, parse_hist_text, spec_counts
+from helpers.ramps import run_ramp
 
 # Sends 3 requests one after another and prints each request's requests.csv counts: the sim's
 # --seed makes the n-th request's acceptance the same in every run.
@@ -99,8 +100,7 @@ def test_openai_answers_carry_the_counts_when_asked():
 def test_levels_sum_the_recorded_requests_counts(tmp_path):
     """levels.csv accept_rate / accept_hist are the sums of the level's in-window ok rows of
     requests.csv, worked out here from those rows alone."""
-    from test_ramp_sim import run_ramp
-    from records import rows
+    from helpers.records import rows
     from specmon.model import RampPlan
 
     plan = RampPlan(levels=[1, 3], input_len=128, output_len=40, level_duration_s=None, requests_per_level=6,

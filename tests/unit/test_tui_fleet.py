@@ -7,54 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from pilots import wait_for
+from helpers.pilots import wait_for
 from specmon.model import (
     ArmSpec, FleetChanged, FleetStatus, RankReading, Sample, SamplesTick, SessionEnded, SessionStarted, WorkerStatus,
 )
 from specmon.session.folder import SessionWriter
 from specmon.session.replay import ReplaySource
 from specmon.tui.app import SpecmonApp
-from specmon.tui.screens import ArmDetailScreen
 from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.fleet import FleetHeader, FleetTable
 from specmon.tui.widgets.status_bar import StatusBar
-
-T0 = 1_800_000_000.0
-
-
-def worker(i: int) -> ArmSpec:
-    return ArmSpec(name=f"w{i}", url=f"http://127.0.0.1:{31000 + i}", fleet="gw", role="regular")
+from helpers.tui_fleet import T0, wait_end, worker, write_fleet
 
 
-def write_fleet(out: Path, sizes: list[int]) -> Path:
-    """A gateway whose worker count follows `sizes`, one tick each; worker 0 has two DP ranks, one starving."""
-    w = SessionWriter(out)
-    w(SessionStarted(mode="attach", arms=[], interval_s=1.0, ts=T0))
-    have: list[int] = []
-    for k, n in enumerate(sizes):
-        ts = T0 + 1 + k
-        want = list(range(n))
-        added = [worker(i) for i in want if i not in have]
-        removed = [f"w{i}" for i in have if i not in want]
-        if added or removed:
-            w(FleetChanged(fleet="gw", added=added, removed=removed, note=f"gw: {len(added)} joined, {len(removed)} left",
-                           ts=ts))
-        have = want
-        status = FleetStatus(name="gw", kind="gateway", url="http://127.0.0.1:30000", up=True, healthy=n, total=n,
-                             routed_req_s=12.5, policy="cache_aware", source="workers",
-                             workers=[WorkerStatus(url=worker(i).url, arm=f"w{i}", active_requests=3 * i) for i in want])
-        samples = [Sample(ts=ts, arm=f"w{i}", up=True, running_reqs=i, queued_reqs=0, kv_usage=0.1 * i,
-                          gen_tok_s=100.0 * i, worker=worker(i).url, role="regular",
-                          ranks=[RankReading(dp_rank=0, running_reqs=0, kv_usage=0.0),
-                                 RankReading(dp_rank=1, running_reqs=6, kv_usage=0.5)] if i == 0 else None)
-                   for i in want]
-        w(SamplesTick(samples=samples, fleets=[status], ts=ts))
-    w(SessionEnded(reason="done", ts=T0 + len(sizes) + 1))
-    return out
 
 
-async def wait_end(app, pilot):
-    await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, 20.0, "the replay to end")
+
+
+
 
 
 async def test_workers_join_and_leave_and_the_header_says_so(tmp_path):
@@ -72,30 +42,6 @@ async def test_workers_join_and_leave_and_the_header_says_so(tmp_path):
     # and the record keeps the worker that left: its rows, its arm, the notes
     rows = (folder / "samples.csv").read_text()
     assert "w2" in rows and "gw: 1 joined, 0 left" in rows and "gw: 0 joined, 1 left" in rows
-
-
-async def test_many_workers_get_the_fleet_table_sorted_and_drilled_into(tmp_path):
-    folder = write_fleet(tmp_path / "s", [8])
-    app = SpecmonApp(ReplaySource(folder, speed=1e6), "t")
-    async with app.run_test(size=(160, 48)) as pilot:
-        await wait_end(app, pilot)
-        await pilot.pause()
-        table = app.query_one(FleetTable)
-        assert table.display and not app.query_one("#arms").display
-        assert table.row_count == 8
-        first = [str(table.get_row_at(i)[0]) for i in range(8)]
-        assert first == [f"w{i}" for i in range(8)]
-        # the starving DP rank of w0 is called out in its row
-        assert "dp0 starving" in str(table.get_row_at(0)[11])
-        table.sort_column, table.sort_reverse = "tok_s", True
-        table.redraw()
-        assert str(table.get_row_at(0)[0]) == "w7"
-        table.focus()
-        table.move_cursor(row=0)
-        await pilot.press("d")
-        await pilot.pause()
-        assert isinstance(app.screen, ArmDetailScreen)
-        assert app.screen.arm_name == "w7"
 
 
 def test_a_rank_at_its_request_cap_is_called_out_in_the_table():

@@ -9,10 +9,10 @@ from specmon.session.replay import ReplaySource
 from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.status_bar import StatusBar
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pilots import wait_for  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.pilots import wait_for  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 async def test_a_password_in_the_title_url_is_not_on_screen():

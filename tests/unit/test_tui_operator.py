@@ -16,10 +16,10 @@ from specmon.tui.screens import ArmDetailScreen
 from specmon.tui.widgets.log_pane import LogPane
 from specmon.tui.widgets.status_bar import StatusBar
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pilots import wait_for, wait_replay_end  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.pilots import screen_text, wait_for, wait_replay_end  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _app(name: str = "session_sim_1arm", title: str = "t") -> SpecmonApp:
@@ -131,8 +131,6 @@ import csv  # noqa: E402
 import re  # noqa: E402
 
 import pytest  # noqa: E402
-
-from test_tui_small import screen_text  # noqa: E402
 
 
 def _newest(name: str) -> tuple[int, list[str]]:

@@ -16,10 +16,10 @@ from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.status_bar import StatusBar
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pilots import wait_for  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.pilots import wait_for  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def screen_rows(app) -> list[list]:

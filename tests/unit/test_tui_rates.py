@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pilots import wait_replay_end
+from helpers.pilots import wait_replay_end
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted,
     RampFinished, RampPlan, RampStarted, Sample, SamplesTick, SearchSummary, SessionEnded, SessionStarted, SloSummary,

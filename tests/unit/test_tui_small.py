@@ -9,15 +9,13 @@ formatted as the panes format them; the screen is read as the terminal would sho
 from __future__ import annotations
 
 import csv
-import io
 import re
 from pathlib import Path
 from typing import Optional
 
 import pytest
-from rich.console import Console
 
-from pilots import wait_replay_end
+from helpers.pilots import screen_text, wait_replay_end
 from specmon.model import KneeCalled, LevelFinished
 from specmon.session.replay import ReplaySource
 from specmon.tui import fmt
@@ -28,17 +26,8 @@ from specmon.tui.widgets.fleet import COLUMNS as FLEET_COLUMNS, DROP_FIRST as FL
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.ramp import LevelTable, RampProgress
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 SESSIONS = ["session_sim_1arm", "session_demo_2arm", "session_sim_3arm"]
-
-
-def screen_text(app) -> str:
-    """The screen as plain text, one line per terminal row (what a screenshot shows)."""
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
-                      legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return console.export_text()
 
 
 async def replayed(name: str, size: tuple[int, int]):
@@ -299,8 +288,8 @@ async def test_live_arms_at_80x24_one_of_them_down(tmp_path):
     from specmon.model import ArmSpec
     from specmon.session.live import LiveSession
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from simproc import free_port, start_sim
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from helpers.simproc import free_port, start_sim
 
     with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", speed=20, timeout=90) as sim:
         arms = [ArmSpec(name="nvfp4-mtp", url=sim.url), ArmSpec(name="gone", url=f"http://127.0.0.1:{free_port()}")]
@@ -343,7 +332,7 @@ async def test_a_layouts_panes_choose_the_lines_columns(tmp_path):
     # `panes: [arms, kv, ttft, levels]` in a layout: the compact lines show KV and TTFT only
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from snapshot_apps import make_session
 
     folder = make_session.write(tmp_path / "s", n_arms=3, levels=(4, 8), level_s=2, legacy=False)
@@ -372,7 +361,7 @@ async def test_knees_that_do_not_fit_one_line_go_on_the_next_whole(tmp_path):
     # more than 80 columns of knees; at 80 they flow onto a second line, each whole
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from snapshot_apps import make_session
 
     folder = make_session.write_knees(tmp_path / "k")

@@ -1,7 +1,7 @@
 """Snapshot tests: the real app replaying recorded sim sessions, 1, 2 (the demo) and 3 arms, 80x24
 (an arm a line from two arms) and 160x48 (the arm panels), and the ramp view (r) at 80x24.
 
-Baselines live in tests/__snapshots__/ (update with `pytest tests/test_tui_snapshots.py
+Baselines live in tests/unit/__snapshots__/ (update with `pytest tests/unit/test_tui_snapshots.py
 --snapshot-update` after checking the new SVGs by eye).
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pilots import wait_replay_end
+from helpers.pilots import wait_replay_end
 
-APP = Path(__file__).parent / "snapshot_apps" / "replay_app.py"
+APP = Path(__file__).resolve().parents[1] / "snapshot_apps" / "replay_app.py"
 
 
 async def _replayed(pilot) -> None:

@@ -20,7 +20,7 @@ from specmon.analysis.knee import queue_share
 from specmon.model import KneesSummary, PowerKneeSummary, SloSummary
 from specmon.tui.state import SessionState
 
-sys.path.insert(0, str(Path(__file__).parent / "snapshot_apps"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot_apps"))
 import make_session  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from specmon.session.replay import ReplaySource
 from specmon.tui import messages as msg
 from specmon.tui.app import SpecmonApp
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 async def wait_for(pilot, cond, timeout=20.0, what="condition"):

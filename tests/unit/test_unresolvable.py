@@ -6,29 +6,12 @@ a name is not loopback, so it is refused before anything is sent, exit 2; launch
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 
 import pytest
 
-from simproc import REPO
+from helpers.netns import in_empty_netns, netns_available
 
 NAME = "no-such-host.test"
-
-
-def in_empty_netns(args: list[str], timeout: float = 60, stop_after: float = 0) -> subprocess.CompletedProcess:
-    """specmon in a new network namespace; with stop_after, SIGINT after that many seconds."""
-    run = ["timeout", "-s", "INT", str(stop_after)] if stop_after else []
-    script = "ip link set lo up 2>/dev/null; exec \"$@\""
-    return subprocess.run(["unshare", "-rn", "sh", "-c", script, "sh", *run, sys.executable, "-m", "specmon", *args],
-                          cwd=str(REPO), capture_output=True, text=True, timeout=timeout)
-
-
-def netns_available() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode == 0
 
 
 pytestmark = pytest.mark.skipif(not netns_available(), reason="unshare -rn (a user and network namespace) is not allowed here")
@@ -49,21 +32,3 @@ def test_ramp_to_an_unresolvable_name_is_refused_before_any_request(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     lines = [x for x in p.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "--yes" in lines[0] and NAME in lines[0]
-
-
-def test_launch_with_an_unresolvable_attach_arm_keeps_the_others(tmp_path):
-    layout = tmp_path / "l.yaml"
-    layout.write_text(
-        "name: nx\n"
-        "command: [python, -m, specmon.servers.sim]\n"
-        "interval_s: 0.5\n"
-        "arms:\n"
-        f"  - {{name: far, attach: 'http://{NAME}:30000'}}\n"
-        "  - name: sim\n"
-        "    launch: {flags: {profile: fp8-mtp, speed: 50}}\n")
-    # watch-only layouts run until stopped: SIGINT after a few seconds, as Ctrl-C would
-    p = in_empty_netns(["launch", str(layout), "--headless", "--out", str(tmp_path / "s")], timeout=90, stop_after=12)
-    rows = (tmp_path / "s" / "samples.csv").read_text()
-    assert "Traceback" not in p.stderr
-    assert f"cannot resolve the name '{NAME}'" in rows
-    assert any(",sim,1," in line for line in rows.splitlines()), p.stdout[-2000:] + p.stderr[-2000:]

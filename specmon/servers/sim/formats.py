@@ -124,7 +124,7 @@ def meta_info(r: SimRequest, *, n: int, final: bool, clock, enable_metrics: bool
         # there is no forward_entry_time / prefill_finished_time, queue_time is 0.0 whatever the
         # wait, and the two prefill latencies are null. The real queue time is in the
         # sglang:queue_time_seconds histogram only (checked against the real server in
-        # tests/test_sim_external.py).
+        # tests/real/test_sim_external.py).
         m["queue_time"] = 0.0
         m["prefill_waiting_latency"] = None
         m["prefill_launch_latency"] = None

@@ -208,7 +208,7 @@ class SimMetrics(Hooks):
         self.rt_decode = self.realtime_tokens.labels(mode="decode", **L)
         self.rt_prefill_compute = self.realtime_tokens.labels(mode="prefill_compute", **L)
         # As real SGLang's: the prefill_cache series exists only from the first prefix-cache hit on
-        # (tests/test_real_sglang_cache.py saw it absent before one, and counting from there).
+        # (tests/real/test_real_sglang_cache.py saw it absent before one, and counting from there).
         self.rt_prefill_cache = None
         self.queue_time = F(Histogram, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.",
                             sorted(sched_labels), buckets=QUEUE_BUCKETS if self.new else QUEUE_BUCKETS_0510).labels(**L)

@@ -131,7 +131,7 @@ class ArmPanel(StyledWidget, textual_private.PanelBase, can_focus=True):
             # that changed (and in render_line after a restyle or a resize, when Textual repaints
             # every row). Built into the drawn lines here, a row that changed between two ticks
             # was never repainted (a header kept "model —" after the model's name came;
-            # tests/test_tui_panel_rows.py caught it on a loaded machine).
+            # tests/unit/test_tui_panel_rows.py caught it on a loaded machine).
             texts = self._build(self.size.width)[1]
         return Text("\n", no_wrap=True).join(texts)
 

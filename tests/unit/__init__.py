@@ -1,0 +1,1 @@
+"""The fast tier (tests/conftest.py says what each tier folder holds)."""
