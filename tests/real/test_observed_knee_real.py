@@ -1,0 +1,75 @@
+"""The observed knee against the real SGLang server (CPU engine, tiny model): `specmon ramp` loads
+it from one process while `specmon attach --headless` watches from another and sends nothing.
+The knee the attach finds in traffic it did not send lies within one ramp level of the knee the
+ramp calls on the same server, and the binding limit is the running-request cap the server was
+started with (--max-running-requests 4, far inside its 8,192-token pool)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import realsglang as rs
+
+pytestmark = pytest.mark.real_sglang
+
+LEVELS = [1, 2, 4, 6, 8]  # two levels past the cap: seconds of queueing behind it
+CAP = 4
+ISL, OSL = 128, 48  # short requests: a few seconds each on a loaded 2-core machine
+
+
+def _specmon(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "specmon", *args], cwd=str(rs.REPO), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def within_one_level(observed, knee: int) -> bool:
+    i = LEVELS.index(knee)
+    lo = LEVELS[i - 1] if i > 0 else 0
+    hi = LEVELS[i + 1] if i + 1 < len(LEVELS) else float("inf")
+    return observed is not None and lo <= observed <= hi
+
+
+@pytest.mark.timeout(420)
+def test_observed_knee_of_a_real_server_matches_its_ramp(tmp_path):
+    why = rs.missing()
+    if why:
+        pytest.skip(why)
+    t0 = time.monotonic()
+    with rs.start_real(tmp_path / "real.log", "--max-running-requests", str(CAP)) as real:
+        att = _specmon("attach", real.url, "--headless", "--interval", "0.5", "--duration", "400",
+                       "--out", str(tmp_path / "attach"))
+        try:
+            samples = tmp_path / "attach" / "samples.csv"
+            deadline = time.monotonic() + 60
+            while not (samples.exists() and len(samples.read_text().splitlines()) >= 2):
+                assert att.poll() is None and time.monotonic() < deadline, "attach never wrote a sample"
+                time.sleep(0.2)
+            ramp = subprocess.run([sys.executable, "-m", "specmon", "ramp", real.url,
+                                   "--levels", ",".join(map(str, LEVELS)), "--input-len", str(ISL),
+                                   "--output-len", str(OSL), "--level-duration", "20", "--settle", "3",
+                                   "--headless", "--out", str(tmp_path / "ramp")],
+                                  cwd=str(rs.REPO), capture_output=True, text=True, timeout=300)
+            assert ramp.returncode == 0, ramp.stdout[-2000:] + ramp.stderr[-2000:]
+            time.sleep(1.5)  # the attach's last scrapes of the last level
+        finally:
+            att.send_signal(signal.SIGINT)
+            out, _ = att.communicate(timeout=60)
+    wall = time.monotonic() - t0
+    assert att.returncode == 130, out[-2000:]
+    (arm, k), = json.loads((tmp_path / "attach" / "session.json").read_text())["observed_knees"].items()
+    (rk,), = [json.loads((tmp_path / "ramp" / "session.json").read_text())["knees"].values()]
+    knee = rk["queueing"] if rk["queueing"] is not None else rk["plateau"]
+    report = (f"wall {wall:.0f} s; observed {k['concurrency']} ({k['limit']}, {k['reason']}); ramp {knee} "
+              f"({rk.get('queueing_detail')}); curve {[(p['running'], round(p['evidence_s'])) for p in k['curve']]}")
+    print(report)
+    assert knee is not None, report
+    assert within_one_level(k["concurrency"], int(knee)), report
+    assert k["limit"] == "request_cap", report
+    assert f"knee [observed] {arm}: " in out and "limit request_cap" in out, out[-3000:]
