@@ -18,6 +18,15 @@ machine), so alternate the two builds and compare medians. Measured 2026-12-02 (
 2-core machine, a 67-tick recording, --speed 10, before this script existed in this form):
 12.3 ms a tick with tui/chart.py's spark_rows at 42 us a call against 13.1 ms with it at 82 us
 (the means of three alternating pairs of two runs each).
+
+SPECMON_TEXTUAL_PUBLIC (specmon/tui/textual_private.py) measures specmon's reaches into Textual's
+internals: =1 runs Textual's public API only, a list of parts turns off just those. Measured
+2026-12-05 on the shared 2-core machine (load ~6-8), a 45 s recording, one run per setting,
+settings alternated, two rounds (ms of CPU a tick): all fast 8.15/8.70; public only 15.27/15.78;
+public styles 12.07/15.09; public rows 9.13/8.80; public repaint 8.45/9.80; public lines
+8.78/8.96; public text 8.42/7.84. Three more rounds of the small ones (none, text, rows, lines,
+repaint): medians of all five runs 8.49, 8.44, 9.59, 8.96, 9.50: the lines and text fast paths
+were dropped (within the spread), the other three kept.
 """
 
 from __future__ import annotations

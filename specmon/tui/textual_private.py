@@ -9,31 +9,31 @@ Why in one place: none of it is Textual's API, so a Textual release may change i
 pins Textual exactly, and SPECMON_TEXTUAL_PUBLIC=1 in the environment (read once, at import) turns
 every fast path off: specmon then uses only Textual's public API and draws the same screen (the
 snapshot tests run both ways), at about twice the CPU a tick (benchmarks/tui_tick.py). A
-comma-separated list of the parts below (styles, lines, repaint, text, rows) turns off just those,
-to measure what each saves.
+comma-separated list of the parts below (styles, repaint, rows) turns off just those, to measure
+what each saves. Two more were measured and dropped, worth nothing a tick within the spread of the
+runs: a StyledWidget's lines made into Textual's render cache, and rich Text built without its
+constructor.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from rich.style import Style
 from rich.segment import Segment
-from rich.text import Text
 from textual.dom import DOMNode, NoScreen
 from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.strip import Strip
-from textual.visual import visualize
-from textual.widget import Widget, _RenderCache
+from textual.widget import Widget
 
-PARTS = ("styles", "lines", "repaint", "text", "rows")
+PARTS = ("styles", "repaint", "rows")
 _asked = os.environ.get("SPECMON_TEXTUAL_PUBLIC", "").strip().lower()
 PUBLIC = frozenset(PARTS if _asked in ("1", "true", "yes", "on", "all") else
                    (p.strip() for p in _asked.split(",") if p.strip() in PARTS))
 FAST = not PUBLIC  # every fast path on (False: at least one part uses the public API only)
-FAST_STYLES, FAST_LINES, FAST_REPAINT, FAST_TEXT, FAST_ROWS = (p not in PUBLIC for p in PARTS)
+FAST_STYLES, FAST_REPAINT, FAST_ROWS = (p not in PUBLIC for p in PARTS)
 
 
 # -- component styles ------------------------------------------------------------------------
@@ -98,29 +98,7 @@ def component_style(widget: Widget, component: str) -> Style:
     return style
 
 
-# -- a widget's lines ------------------------------------------------------------------------
-
-def draw_lines(widget: Widget, strips: Callable[[Text, int], Optional[list[Strip]]]) -> None:
-    """Before Widget.render_line: after a refresh, the widget's lines made from its rich Text by
-    `strips` (None: Textual's own way) into Textual's render cache, so render_line hands them
-    out. Textual otherwise turns what render() returns into lines through its general content
-    machinery (wrapping, alignment, markup, selection) every time the widget refreshed: ~0.2 ms
-    per line, most of the TUI's CPU at 1 Hz. Nothing when not FAST_LINES (render_line renders)."""
-    if not FAST_LINES or not widget._dirty_regions:
-        return
-    size = widget.size
-    visual = widget.render()
-    made = strips(visual, size.width) if isinstance(visual, Text) else None
-    if made is None:
-        widget.__dict__.pop("_specmon_lines", None)
-        widget._layout_cache["_render.visual"] = visualize(widget, visual, markup=widget._render_markup)  # once
-        widget._render_content()
-        return
-    if len(made) > size.height:
-        made = made[:size.height]
-    widget._render_cache = _RenderCache(size, made)
-    widget._dirty_regions.clear()
-
+# -- repaints -------------------------------------------------------------------------------
 
 def forget_dirty(widget: Widget) -> None:
     """A Line API widget that makes its lines itself: the regions marked dirty are drawn by this
@@ -150,21 +128,6 @@ def repaint_lines(widget: Widget, regions: Iterable[Region]) -> None:
     if screen in screen._compositor:  # as the screen's own handler of Update decides
         screen._dirty_widgets.add(widget)
         screen.check_idle()
-
-
-# -- rich Text built without its constructor's sanitising ------------------------------------
-
-def bare_text(plain: str, style, no_wrap: Optional[bool]) -> Text:
-    """Text(plain, style=style) for a string already known to hold no control code: rich's
-    constructor takes control codes out of every string with a str.translate, ~4 us for a pane's
-    line (~150 lines and pieces a tick with 3 arms)."""
-    if not FAST_TEXT:
-        return Text(plain, style=style, no_wrap=no_wrap)
-    out = Text("", style=style, no_wrap=no_wrap)
-    if plain:
-        out._text = [plain]
-        out._length = len(plain)
-    return out
 
 
 # -- a bordered panel's rows -----------------------------------------------------------------

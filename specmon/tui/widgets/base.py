@@ -14,7 +14,6 @@ from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
-from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
@@ -56,46 +55,6 @@ class StyledWidget(textual_private.StyledBase):
         super().notify_style_update()
 
     # -- drawing ------------------------------------------------------------------------------
-
-    def render_line(self, y: int) -> Strip:
-        """Our panes hand Textual rich Text whose lines already fit: after a refresh the lines
-        are made here (see _strips) with the very styles Textual would give them, and a line
-        that reads as before keeps its Strip (textual_private.draw_lines says why). Anything else
-        (a line too wide, alignment, a text selection, a renderable that is not Text) goes
-        Textual's way."""
-        textual_private.draw_lines(self, self._strips)
-        return super().render_line(y)
-
-    def _strips(self, text: Text, width: int) -> Optional[list[Strip]]:
-        if not width or self.text_selection is not None:
-            return None
-        rules = self.styles
-        if (rules.content_align != ("left", "top") or rules.get_rule("text_align", "left") not in ("left", "start")
-                or rules.get_rule("line_pad", 0)):
-            return None
-        lines = text.split("\n", allow_blank=True)
-        for line in lines:
-            if "\t" in line.plain or len(line.plain) > width or line.cell_len > width or any(
-                    isinstance(span.style, str) for span in line.spans) or (line.style and isinstance(line.style, str)):
-                return None
-        base = self.visual_style
-        kept = self.__dict__.get("_specmon_lines")
-        if kept is None or kept[0] != base:
-            kept = self._specmon_lines = (base, {})
-        memo = kept[1]
-        strips = []
-        for y, line in enumerate(lines):
-            key = (line.plain, line.style, tuple(line.spans))
-            was = memo.get(y)
-            if was is not None and was[0] == key:
-                strips.append(was[1])
-                continue
-            strip = Strip(self._segments(line, y, base), line.cell_len)
-            memo[y] = (key, strip)
-            strips.append(strip)
-        for y in [y for y in memo if y >= len(lines)]:
-            del memo[y]
-        return strips
 
     def _segments(self, line: Text, y: int, base: VisualStyle) -> list[Segment]:
         """One line as Textual's Content would render it on `base` (its widget's style): the
@@ -253,13 +212,9 @@ def repaint_lines(widget: Widget, regions) -> None:
 
 
 def text(plain: str, style: Style | str = "", no_wrap: Optional[bool] = None) -> Text:
-    """Text(plain, style=style): rich's constructor takes control codes out of every string
-    with a str.translate, ~4 us for a pane's line (~150 lines and pieces a tick with 3 arms).
-    A string with none in it (isprintable: no C0/C1 control, which is all translate removes)
-    is taken as it is; any other goes through the constructor."""
-    if not plain.isprintable():
-        return Text(plain, style=style, no_wrap=no_wrap)
-    return textual_private.bare_text(plain, style, no_wrap)
+    """Text(plain, style=style). (Building it around rich's constructor, which takes control
+    codes out of every string, measured no faster a tick: benchmarks/tui_tick.py.)"""
+    return Text(plain, style=style, no_wrap=no_wrap)
 
 
 def assemble(*parts, no_wrap: Optional[bool] = None) -> Text:
