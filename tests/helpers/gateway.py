@@ -2,6 +2,7 @@
 sent through the router."""
 
 from __future__ import annotations
+
 import json
 import urllib.parse
 import urllib.request

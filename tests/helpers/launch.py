@@ -2,6 +2,7 @@
 launch started, files holding a secret, and why a run ended."""
 
 from __future__ import annotations
+
 import json
 import os
 import re

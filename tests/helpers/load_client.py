@@ -1,6 +1,7 @@
 """What the load client's tests share across tiers: one request sent and its outcome."""
 
 from __future__ import annotations
+
 import time
 
 from specmon.load.client import RequestOutcome

@@ -1,6 +1,7 @@
 """What the memory-bound tests share across tiers: a session's CSV read back as rows."""
 
 from __future__ import annotations
+
 import csv
 
 

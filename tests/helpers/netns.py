@@ -2,6 +2,7 @@
 allows one, and a command run inside an empty one."""
 
 from __future__ import annotations
+
 import shutil
 import subprocess
 import sys

@@ -1,6 +1,7 @@
 """Waiting on a Textual app under the pilot: a condition, or a replay's end."""
 
 from __future__ import annotations
+
 import io
 
 from rich.console import Console

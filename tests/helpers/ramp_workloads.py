@@ -1,6 +1,7 @@
 """What the workload ramps share across tiers: RampDriver over several arms, timed."""
 
 from __future__ import annotations
+
 import asyncio
 
 from specmon.model import ArmSpec

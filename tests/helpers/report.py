@@ -1,6 +1,7 @@
 """What `specmon report`'s tests share across tiers: the CLI run as a subprocess."""
 
 from __future__ import annotations
+
 import subprocess
 import sys
 

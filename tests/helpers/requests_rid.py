@@ -2,6 +2,7 @@
 its requests.csv rows."""
 
 from __future__ import annotations
+
 import csv
 import json
 import subprocess

@@ -1,6 +1,7 @@
 """What the no-secrets-on-disk tests share across tiers: every text file a session wrote."""
 
 from __future__ import annotations
+
 from pathlib import Path
 
 

@@ -1,6 +1,7 @@
 """What the simulated-GPU tests share across tiers: the GPU panes' text and a wait for the app."""
 
 from __future__ import annotations
+
 from helpers import pilots  # noqa: E402
 from specmon.tui.widgets.arm_panel import ArmPanel  # noqa: E402
 

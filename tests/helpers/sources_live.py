@@ -2,6 +2,7 @@
 its samples.csv rows."""
 
 from __future__ import annotations
+
 import asyncio
 import csv
 from pathlib import Path

@@ -1,6 +1,7 @@
 """What the TUI app's tests share across tiers: the kinds of events a session emitted."""
 
 from __future__ import annotations
+
 from specmon.tui import messages as msg
 
 

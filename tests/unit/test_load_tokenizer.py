@@ -10,77 +10,17 @@ without it would, and touches none of specmon's own code.
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import os
-import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from helpers.simproc import REPO, start_sim
-
-tokenizers = pytest.importorskip("tokenizers")
 
 from specmon.errors import UsageError  # noqa: E402
 from specmon.load.localtok import load_tokenizer  # noqa: E402
 from specmon.load.workload import Workload  # noqa: E402
-
-BLOCKER = '''
-import os, sys
-
-_BLOCKED = set(os.environ.get("SPECMON_TEST_BLOCK_IMPORTS", "").split(","))
-
-
-class _Absent:
-    """A third-party package that is not installed, as far as this interpreter can tell."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in _BLOCKED:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, _Absent())
-'''
-
-
-def build_tokenizer(folder: Path) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    rng = random.Random(0)
-    words = ["server", "queue", "token", "prefill", "decode", "cache", "batch", "graph", "memory", "kernel",
-             "stream", "draft", "verify", "accept", "ramp", "knee"]
-    corpus = [" ".join(rng.choice(words) + rng.choice(["", "s", "ed", "ing"]) for _ in range(30))
-              for _ in range(300)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory) -> Path:
-    return build_tokenizer(tmp_path_factory.mktemp("tok") / "tiny-bpe")
-
-
-def _env(tmp_path: Path, blocked: str) -> dict:
-    site = tmp_path / "site-block"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(BLOCKER)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), SPECMON_TEST_BLOCK_IMPORTS=blocked)
-
-
-def _specmon(args, env, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specmon", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(REPO))
+from helpers.load_tokenizer import _env, _specmon, tok_dir
 
 
 def test_the_blocker_really_hides_transformers(tmp_path):
@@ -103,21 +43,6 @@ def test_text_prompts_from_a_tokenizer_json_are_exact(tok_dir):
     assert all(tok(t)["input_ids"][0] == 0 for t in texts)
     if importlib.util.find_spec("transformers") is None:  # the folder goes the same way here
         assert Workload(input_len=64, seed=3, tokenizer=str(tok_dir)).prompt(2).text == texts[2]
-
-
-def test_ramp_with_tokenizer_and_no_transformers_sends_exact_text(tok_dir, tmp_path):
-    """End to end: the simulator counts text with the same tokenizer.json (--model-path), so the
-    server's prompt_tokens in requests.csv says whether the text was the length asked for."""
-    out = tmp_path / "session"
-    with start_sim("--model-path", str(tok_dir), "--enable-metrics", speed=50) as sim:
-        p = _specmon(["ramp", sim.url, "--levels", "2", "--requests-per-level", "4", "--settle", "0",
-                      "--input-len", "96", "--output-len", "8", "--tokenizer", tok_dir, "--headless",
-                      "--out", out], env=_env(tmp_path, "transformers"))
-    assert p.returncode == 0, p.stderr[-2000:]
-    rows = list(csv.DictReader((out / "requests.csv").open()))
-    assert len(rows) >= 4
-    assert {r["status"] for r in rows} == {"ok"}, rows[0]
-    assert {int(r["prompt_tokens"]) for r in rows} == {96}
 
 
 def test_a_folder_without_tokenizer_json_says_what_to_install(tmp_path):

@@ -9,25 +9,9 @@ import socket
 import threading
 import time
 
-import httpx
 
 from helpers.simproc import start_sim
-
-PROMPT = list(range(1, 1025))
-
-
-def stream_generate(url: str, max_new: int, interval=None, ignore_eos: bool = True) -> list[dict]:
-    sp = {"max_new_tokens": max_new, "ignore_eos": ignore_eos}
-    if interval is not None:
-        sp["stream_interval"] = interval
-    with httpx.Client(base_url=url, timeout=120) as c:
-        r = c.post("/generate", json={"input_ids": PROMPT, "stream": True, "sampling_params": sp})
-    assert r.status_code == 200
-    return [json.loads(l[6:]) for l in r.text.split("\n\n") if l.startswith("data: {")]
-
-
-def outputs_at(objs: list[dict]) -> list[int]:
-    return [o["meta_info"]["completion_tokens"] for o in objs]
+from helpers.sim_stream import outputs_at, stream_generate
 
 
 def test_a_chunk_per_decode_step_at_speed_1():
@@ -50,31 +34,6 @@ def test_a_chunk_per_token_without_speculation():
     with start_sim("--profile", "nvfp4-nospec", "--startup-s", "0.3", speed=1) as sim:
         objs = stream_generate(sim.url, 64)
     assert outputs_at(objs) == list(range(1, 65))
-
-
-def sglang_interval_outputs(counts: list[int], iv: int) -> list[int]:
-    """Where SGLang's rule outputs given the output length after each pass (prefill first)."""
-    return [n for i, n in enumerate(counts) if i == 0 or i == len(counts) - 1 or n % iv == 1]
-
-
-def test_stream_interval_flag_and_per_request():
-    with start_sim("--profile", "nvfp4-nospec", "--startup-s", "0.3", "--stream-interval", "8", speed=1) as sim:
-        objs = stream_generate(sim.url, 64)
-        # one token a pass: outputs at L = 1, 9, 17, ..., 57 and the finish at 64
-        assert outputs_at(objs) == [1, 9, 17, 25, 33, 41, 49, 57, 64]
-        assert httpx.get(sim.url + "/server_info").json()["stream_interval"] == 8
-        # a request's own stream_interval overrides the flag
-        objs = stream_generate(sim.url, 20, interval=3)
-        assert outputs_at(objs) == [1, 4, 7, 10, 13, 16, 19, 20]
-    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", "--startup-s", "0.3", speed=1) as sim:
-        # speculative: the rule applies to the length after each verify pass; passes that jump
-        # over the residue send nothing
-        objs = stream_generate(sim.url, 200, interval=4)
-        counts = outputs_at(objs)
-        assert counts[0] == 1 and counts[-1] == 200
-        assert all(n % 4 == 1 for n in counts[1:-1]), counts
-        steps = objs[-1]["meta_info"]["spec_verify_ct"]
-        assert len(objs) < (steps + 1) / 2   # far fewer chunks than passes
 
 
 def test_stream_interval_rejects_zero():
