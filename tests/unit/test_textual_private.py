@@ -19,7 +19,8 @@ import json
 from specmon.tui import textual_private as tp
 from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.base import text
-names = [c.__name__ for c in ArmPanel.__mro__]
+from specmon.tui.widgets.fleet import FleetTable
+names = [c.__name__ for c in ArmPanel.__mro__ + FleetTable.__mro__]
 print(json.dumps({"fast": tp.FAST, "public": sorted(tp.PUBLIC), "mro": names,
                   "text": text("a b").plain}))
 """
@@ -37,7 +38,7 @@ def probe(value):
 
 @pytest.mark.parametrize("value, public", [
     (None, []), ("", []), ("0", []),
-    ("1", ["repaint", "rows", "styles"]), ("all", ["repaint", "rows", "styles"]),
+    ("1", ["repaint", "rows", "styles", "table"]), ("all", ["repaint", "rows", "styles", "table"]),
     ("rows, repaint", ["repaint", "rows"]), ("styles,nonsense", ["styles"]),
 ])
 def test_switch_turns_off_the_parts_named(value, public):
@@ -47,4 +48,5 @@ def test_switch_turns_off_the_parts_named(value, public):
     # the classes that override Textual's private methods are in the panel's bases only when on
     assert ("ComposedRows" in got["mro"]) is ("rows" not in public)
     assert ("KeptComponentStyles" in got["mro"]) is ("styles" not in public)
+    assert ("KeptTableLines" in got["mro"]) is ("table" not in public)
     assert got["text"] == "a b"
