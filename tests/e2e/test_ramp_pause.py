@@ -58,7 +58,10 @@ def test_a_paused_level_keeps_its_figures_and_its_clock(tmp_path):
     # not diluted: the same concurrency and throughput as the level that was not paused
     assert abs(first.achieved_concurrency - second.achieved_concurrency) <= 0.25 * second.achieved_concurrency, \
         (first.achieved_concurrency, second.achieved_concurrency)
-    assert abs(first.output_tok_s - second.output_tok_s) <= 0.25 * second.output_tok_s, \
+    # diluted by a pause of 4 s wall (200 s simulated) the paused level would show about 40 % of the
+    # other's tok/s; a simulator short of its x50 on a loaded CPU moves a level's tok/s by up to
+    # ~30 % either way (a clean-clone run measured 332 against 257), so the bound below is wider
+    assert 0.75 * second.output_tok_s <= first.output_tok_s <= 1.4 * second.output_tok_s, \
         (first.output_tok_s, second.output_tok_s)
     # while paused, the level's clock held still (progress says so) and never ran past its plan
     during = [e for e in events if isinstance(e, LevelProgress) and e.level == 0
