@@ -18,6 +18,8 @@ from specmon.tui.widgets.arm_panel import ArmPanel
 from specmon.tui.widgets.fleet import FleetHeader, FleetTable
 from specmon.tui.widgets.status_bar import StatusBar
 from helpers.tui_fleet import T0, wait_end, worker, write_fleet
+import pytest
+from specmon.tui import textual_private
 
 
 
@@ -88,6 +90,7 @@ async def test_the_fleet_table_follows_new_ticks_in_place(tmp_path):
         assert table.get_row_at(3)[2] is role_cell  # unchanged: the object the table already held
 
 
+@pytest.mark.skipif(not textual_private.FAST_TABLE, reason="checks the fast table path, off under SPECMON_TEXTUAL_PUBLIC")
 async def test_a_row_drawn_from_its_kept_cells_is_the_row_datatable_draws(tmp_path):
     """The table re-renders only the cells of a row that changed (every row's age moves every
     tick): after ticks that change some cells, and with the cursor moved, each line on screen is
@@ -147,6 +150,7 @@ def test_the_age_shows_only_past_the_fleets_cycle():
     assert age(12.0, cycle=15.0) == "—" and age(17.0, cycle=15.0) == "17 s"
 
 
+@pytest.mark.skipif(not textual_private.FAST_TABLE, reason="checks the fast table path, off under SPECMON_TEXTUAL_PUBLIC")
 async def test_a_fleet_scraped_in_turn_says_so_and_redraws_only_the_rows_that_changed(tmp_path):
     """Rows repeating an earlier scrape (an age within the cycle) draw as they did: a tick that
     changes some rows' figures and every row's age repaints those rows' lines only, and the

@@ -18,6 +18,8 @@ from specmon.tui.widgets.status_bar import StatusBar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.pilots import wait_for  # noqa: E402
+import pytest
+from specmon.tui import textual_private
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -51,6 +53,7 @@ def first_difference(drawn: list[list], textual: list[list], compared: int) -> s
     return f"after {compared} frames: {len(drawn)} rows against {len(textual)}"
 
 
+@pytest.mark.skipif(not textual_private.FAST_ROWS, reason="checks the fast rows path, off under SPECMON_TEXTUAL_PUBLIC")
 async def test_panel_rows_put_together_equal_textuals_own_tick_after_tick(tmp_path):
     folder = tmp_path / "s"
     shutil.copytree(DATA / "session_sim_3arm", folder)
