@@ -6,6 +6,9 @@ the same one the simulator wrote in its wire log for that request, and stamps to
 each level row's window (window_start, window_s) is the one its throughput was counted over.
 """
 
+import re
+
+import pytest
 
 from helpers.requests_rid import SETTLE_S, session
 
@@ -30,3 +33,37 @@ def test_every_request_row_carries_the_servers_rid_as_the_wire_log_has_it(sessio
         # busy server resumes later than the client reads the bytes (seen: 2.5 ms).
         assert float(r["t_start"]) <= w["t_in"] < float(r["t_start"]) + 1.0
         assert abs(float(r["t_end"]) - w["t_last_body"]) < JOIN_S
+
+def test_request_stamps_are_written_to_the_microsecond(session):
+    reqs, levels, _ = session
+    us = re.compile(r"^\d{10}\.\d{6}$")
+    for r in reqs:
+        for col in ("t_start", "t_scheduled", "t_end"):
+            assert us.match(r[col]), (col, r[col])
+    for lv in levels:
+        assert us.match(lv["window_start"]), lv["window_start"]
+
+
+def test_level_window_columns_say_the_window_its_figures_cover(session):
+    reqs, levels, _ = session
+    assert [lv["offered_concurrency"] for lv in levels] == ["2", "4"]
+    for lv in levels:
+        level = lv["level"]
+        t0, w = float(lv["window_start"]), float(lv["window_s"])
+        duration = float(lv["duration_s"])
+        # duration_s is the whole level; the window leaves its settle out (speed 1: no scaling)
+        assert w == pytest.approx(duration - SETTLE_S, abs=0.05)
+        mine = [r for r in reqs if r["level"] == level]
+        # requests.csv's in_window is "sent inside this window"
+        for r in mine:
+            assert (r["in_window"] == "1") == (float(r["t_start"]) >= t0), r
+        # output_tok_s counts the tokens that arrived inside the window: at least every token of
+        # the requests that lay wholly inside it, at most those of every request that overlapped it
+        t1 = t0 + w
+        inside = sum(int(r["output_tokens"]) for r in mine
+                     if r["status"] == "ok" and float(r["t_start"]) >= t0 and float(r["t_end"]) < t1)
+        overlapping = sum(int(r["output_tokens"] or 0) for r in mine
+                          if float(r["t_start"]) < t1 and r["t_end"] and float(r["t_end"]) >= t0)
+        counted = float(lv["output_tok_s"]) * w
+        assert inside > 0
+        assert inside * 0.999 <= counted <= overlapping * 1.001, (inside, counted, overlapping)
