@@ -513,7 +513,7 @@ def test_the_tests_gateway_dies_with_the_process_that_started_it(tmp_path):
     import psutil
 
     script = tmp_path / "hold.py"
-    script.write_text("import sys, time\nsys.path.insert(0, sys.argv[1])\nfrom gatewayproc import start_gateway\n"
+    script.write_text("import sys, time\nsys.path.insert(0, sys.argv[1])\nfrom helpers.gatewayproc import start_gateway\n"
                       "with start_gateway() as gw:\n    print(gw.proc.pid, flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, str(script), str(REPO / "tests")], cwd=str(REPO),
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
