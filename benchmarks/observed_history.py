@@ -30,7 +30,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +43,9 @@ import numpy as np
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from prometheus_fleet import start_group, stop_group  # noqa: E402
+
 BLOCK_S = 18 * 3600  # promtool's block for --max-block-duration=18h (2 h x 3^2): chunks never overlap
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # SGLang 0.5.23's default buckets (the reference sample)
@@ -187,24 +189,6 @@ def build_tsdb(data: Path, workers: int, start: float, end: float, dt: float, wo
     return series, samples, time.monotonic() - t0
 
 
-def start_group(cmd: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "wb") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=str(REPO), start_new_session=True)
-
-
-def stop_group(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        with suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait(5)
-
-
 def prom_counter(url: str, name: str, handler: str) -> float:
     total = 0.0
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
@@ -257,7 +241,7 @@ def main() -> int:
         prom = start_group(["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
                             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
                             "--query.max-samples=200000000"], work / "prometheus.log")
-        stack.callback(stop_group, prom)
+        stack.callback(stop_group, prom, 30.0)  # a week-long TSDB takes a while to close
         deadline = time.monotonic() + 300
         while True:
             with suppress(httpx.HTTPError):

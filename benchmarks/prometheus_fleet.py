@@ -58,12 +58,13 @@ def start_group(cmd: list[str], log: Path) -> subprocess.Popen:
                                 cwd=str(REPO), start_new_session=True)
 
 
-def stop_group(p: subprocess.Popen) -> None:
+def stop_group(p: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the process's group, SIGKILL after grace_s seconds."""
     if p.poll() is None:
         with suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
         try:
-            p.wait(10)
+            p.wait(grace_s)
         except subprocess.TimeoutExpired:
             with suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
