@@ -70,7 +70,7 @@ import collections
 import random
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from specmon import clock
 from specmon.analysis.knee import (
@@ -171,6 +171,16 @@ def _window_histogram(old: Optional[MetricsSnapshot], new: Optional[MetricsSnaps
     return h_new if h_old is None else histogram_delta(h_new, h_old)
 
 
+def _server_stamped(outcomes: Sequence[RequestOutcome]) -> Iterator[tuple[RequestOutcome, float, float]]:
+    """(request, received, finished on the server's clock) of each request that finished ok
+    with both stamps in its final meta_info."""
+    for o in outcomes:
+        m = o.final_meta or {}
+        rx, fin = m.get("request_received_ts"), m.get("request_finished_ts")
+        if o.status == "ok" and o.t_end is not None and isinstance(rx, (int, float)) and isinstance(fin, (int, float)):
+            yield o, rx, fin
+
+
 def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
     """Server seconds per wall second over a level, from the server's own stamps.
 
@@ -181,11 +191,7 @@ def server_pace(outcomes: Sequence[RequestOutcome]) -> Optional[float]:
     when the simulator is CPU-bound and holds its clock back. None without those stamps.
     """
     first_rx = last_fin = first_sent = last_end = None
-    for o in outcomes:
-        m = o.final_meta or {}
-        rx, fin = m.get("request_received_ts"), m.get("request_finished_ts")
-        if o.status != "ok" or not isinstance(rx, (int, float)) or not isinstance(fin, (int, float)):
-            continue
+    for o, rx, fin in _server_stamped(outcomes):
         end = o.wall(o.t_end)
         first_rx = rx if first_rx is None else min(first_rx, rx)
         last_fin = fin if last_fin is None else max(last_fin, fin)
@@ -203,11 +209,7 @@ def request_pace(outcomes: Sequence[RequestOutcome], min_wall_s: float = 0.01) -
     in flight then are slow. A request's HTTP latency makes it read a few % low at x50: a
     figure to plan the next level with, not to scale figures by. None with fewer than 5."""
     paces = []
-    for o in outcomes:
-        m = o.final_meta or {}
-        rx, fin = m.get("request_received_ts"), m.get("request_finished_ts")
-        if o.status != "ok" or o.t_end is None or not isinstance(rx, (int, float)) or not isinstance(fin, (int, float)):
-            continue
+    for o, rx, fin in _server_stamped(outcomes):
         wall = o.wall(o.t_end) - o.t_sent_wall
         if wall >= min_wall_s and fin > rx:
             paces.append((fin - rx) / wall)
