@@ -239,9 +239,8 @@ class _LevelState:
         self.t0 = clock.wall()
         self.window_t0 = self.t0
         self.t_stop: Optional[float] = None
-        self.paused_during = False  # an open-loop level paused: its schedule shifted, not valid
-        # Closed-loop levels: a pause (`space` in the TUI, RampDriver.pause) stops the level's
-        # clock; at the resume the level runs again from the start (t0, window_t0 and its clock
+        # A pause (`space` in the TUI, RampDriver.pause) stops the level's clock (and an open
+        # loop's arrivals); at the resume the level runs again from the start (t0, window_t0 and its clock
         # reset, `reruns` counts them), so its window holds no idle time. paused_at: wall time the
         # running pause began (None: not paused); paused_s: wall seconds paused in all.
         self.paused_at: Optional[float] = None
@@ -575,10 +574,7 @@ class RampDriver:
                              idle_s=think)
             if rate is not None and self.trace is None:
                 self._over_saturation(arm.name, r, level, window, live)
-            if level.paused_during:  # an open-loop schedule waited: its window holds idle time
-                r.valid = False
-                r.invalid_reason = "paused during the level" + (f"; {r.invalid_reason}" if r.invalid_reason else "")
-            elif level.reruns:  # closed loop: measured again after the pause, the pause left out
+            if level.reruns:  # measured again after the pause, the pause left out
                 said = (f"paused {level.paused_s * self._pace():.0f} s; re-run from the resume "
                         f"(its figures and duration are from after the pause)")
                 r.note = "; ".join(x for x in (r.note, said) if x)
@@ -1039,9 +1035,6 @@ class RampDriver:
         trace = self.trace
         if trace is not None:  # the trace's own schedule (already cut to the plan's duration / count)
             n_max, horizon = len(trace.requests), None
-            level.planned_t1 = level.t0 + trace.span_s / pace
-        else:
-            level.planned_t1 = level.t0 + (horizon if horizon is not None else n_max / rate) / pace
         stop = asyncio.Event()
         urls = {a.name: public_url(a.url) for a in self.arms}
         live_arms = self._undenied()
@@ -1059,49 +1052,61 @@ class RampDriver:
             slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
             sends: set[asyncio.Task] = set()
             cut = level.cut[arm]
-            paused = [0.0]  # wall seconds the schedule has waited for a pause
-            n = 0
+            n = 0  # requests sent by this arm in all runs of the level (their ids)
 
             def ended() -> bool:
                 return stop.is_set() or cut.is_set() or arm in self.denied
 
-            async def until(t: float) -> None:
-                """Wait until wall time t (later by every pause) or the arm's level ends."""
+            async def until(t: float, run: int) -> bool:
+                """Wait until wall time t or the arm's level ends (True), or a pause that ends in
+                a re-run (False: the schedule starts again from the resume). The pause itself is
+                seen by the level's own loop below, which moves the level's clock."""
                 while not ended():
-                    if self._paused.is_set():  # the schedule waits with the level clock
-                        level.paused_during = True
-                        await asyncio.sleep(0.05)
-                        paused[0] += 0.05
+                    if level.reruns != run:
+                        return False
+                    if level.paused_at is not None or self._paused.is_set():
+                        await asyncio.sleep(0.02)
                         continue
-                    delay = t + paused[0] - clock.wall()
+                    delay = t - clock.wall()
                     if delay <= 0:
-                        return
+                        return True
                     await asyncio.sleep(min(delay, 0.05))
+                return True
 
-            try:
-                schedule = (trace.offset(k) for k in range(len(trace.requests))) if trace is not None else \
+            async def schedule(run: int) -> bool:
+                """One run of the level's schedule from level.t0; False when a pause cut it."""
+                nonlocal n
+                sent = 0
+                offsets = (trace.offset(k) for k in range(len(trace.requests))) if trace is not None else \
                     arrival_times(plan.arrival, rate, plan.seed, i, plan.burstiness)
-                for offset in schedule:
-                    if (n_max and n >= n_max) or (horizon is not None and offset >= horizon):
+                for offset in offsets:
+                    if (n_max and sent >= n_max) or (horizon is not None and offset >= horizon):
                         break
-                    await until(level.t0 + offset / pace)
+                    due = level.t0 + offset / pace
+                    if not await until(due, run):
+                        return False
                     if ended():
                         break
-                    due = level.t0 + offset / pace + paused[0]
                     n += 1
+                    sent += 1
                     o = RequestOutcome(request_id=f"{arm}-L{i}-{n}", t_scheduled_wall=due,
                                        t_scheduled=time.perf_counter() + (due - clock.wall()))
                     level.outcomes[arm].append(o)  # in the backlog from its arrival, slot or not
                     if trace is None:
                         task = asyncio.create_task(send(arm, n, o, self.workload.prompt(self._take_prompt(arm)), slots))
-                    else:  # request n of the trace: its prompt (the plan's, for the diurnal pattern) and length
-                        k = self._take_prompt(arm)
-                        prompt = self.workload.prompt(k) if trace.kind == "diurnal" else trace.prompt(n - 1)
-                        task = asyncio.create_task(send(arm, n, o, prompt, slots, trace.requests[n - 1].output_len))
+                    else:  # request k of the trace: its prompt (the plan's, for the diurnal pattern) and length
+                        k, taken = sent - 1, self._take_prompt(arm)
+                        prompt = self.workload.prompt(taken) if trace.kind == "diurnal" else trace.prompt(k)
+                        task = asyncio.create_task(send(arm, n, o, prompt, slots, trace.requests[k].output_len))
                     sends.add(task)
                     task.add_done_callback(sends.discard)
-                if horizon is not None:
-                    await until(level.planned_t1)  # the schedule's last stretch without an arrival is the level's too
+                if horizon is not None:  # the schedule's last stretch without an arrival is the level's too
+                    return await until(level.planned_t1, run)
+                return True
+
+            try:
+                while not await schedule(level.reruns):
+                    pass  # resumed after a pause: the schedule again from the new t0
                 level.arm_stop.setdefault(arm, clock.wall())
                 level.streams[arm] = n  # requests sent (an open loop has no streams)
                 if cut.is_set():
@@ -1114,10 +1119,28 @@ class RampDriver:
                 await asyncio.gather(*list(sends), return_exceptions=True)
                 raise
 
+        def planned_t1(t0: float) -> float:
+            if trace is not None:
+                return t0 + trace.span_s / pace
+            return t0 + (horizon if horizon is not None else n_max / rate) / pace
+
+        level.planned_t1 = planned_t1(level.t0)
         tasks = [asyncio.create_task(dispatch(a)) for a in live_arms]
         try:
             while not all(t.done() for t in tasks):
                 await asyncio.sleep(0.02)
+                paused = self._paused.is_set()
+                if paused and level.paused_at is None:
+                    level.paused_at = clock.wall()
+                elif not paused and level.paused_at is not None:
+                    # Resumed: what was sent before the pause and the drain during it are not a
+                    # steady state at this rate; the schedule runs again from here, settle anew.
+                    t = clock.wall()
+                    level.paused_s += t - level.paused_at
+                    level.t0, level.window_t0 = t, t + plan.settle_s / pace
+                    level.planned_t1 = planned_t1(t)
+                    level.paused_at = None
+                    level.reruns += 1  # last: the dispatchers read the new t0 once they see it
                 if self._skip.is_set():
                     level.t_stop = clock.wall()
                     stop.set()

@@ -71,3 +71,50 @@ def test_a_paused_level_keeps_its_figures_and_its_clock(tmp_path):
     progress = [e for e in events if isinstance(e, LevelProgress)]
     assert all(e.elapsed_s <= e.planned_s for e in progress)
     assert all(e.elapsed_wall_s <= e.planned_wall_s for e in progress)
+
+
+def test_a_paused_rate_level_runs_its_schedule_again_from_the_resume(tmp_path):
+    # open loop: two equal rate levels, the first paused mid-way; its arrivals stop with its clock,
+    # and at the resume the schedule starts again, so both levels offer and achieve the same rate
+    plan = RampPlan(rates=[2.0, 2.0], input_len=256, output_len=64, level_duration_s=100, settle_s=20)
+    events = []
+    paused_at = []
+
+    with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=50) as sim:
+        arm = ArmSpec(name="sim", url=sim.url)
+        ramp = RampDriver([arm], plan)
+        live = LiveSession([arm], interval=0.25, out_dir=tmp_path, ramp=ramp, isl=256, osl=64)
+
+        def operator():
+            while not any(isinstance(e, LevelStarted) for e in list(events)):
+                time.sleep(0.05)
+            time.sleep(1.2)  # into the level's window (settle is 0.4 s of wall time)
+            assert live.pause_ramp()
+            paused_at.append(time.time())
+            time.sleep(PAUSE_S)
+            paused_at.append(time.time())
+            live.resume_ramp()
+
+        t = threading.Thread(target=operator, daemon=True)
+        t.start()
+
+        async def main():
+            return await live.run(events.append, asyncio.Event())
+
+        reason = asyncio.run(main())
+        t.join(5)
+    assert reason == "ramp done" and len(paused_at) == 2
+    first, second = [e.results[0] for e in events if isinstance(e, LevelFinished)]
+    assert first.valid, first.invalid_reason
+    assert "paused" in (first.note or "") and "re-run" in first.note
+    assert first.window_start > paused_at[1] - 0.5  # its window opened after the resume
+    assert first.duration_s <= 1.1 * 100, first.duration_s
+    # with the pause in its window the level would achieve about 2 / (1 + 200 / 80) ~ 0.6 req/s
+    assert 0.75 * second.achieved_rate <= first.achieved_rate <= 1.33 * second.achieved_rate, \
+        (first.achieved_rate, second.achieved_rate)
+    # no arrivals while paused: none of level 0's requests was scheduled inside the pause
+    import csv
+    with open(tmp_path / "requests.csv") as f:
+        sent = [float(r["t_start"]) for r in csv.DictReader(f) if r["level"] == "0"]
+    inside = [t for t in sent if paused_at[0] + 0.2 < t < paused_at[1] - 0.2]
+    assert sent and not inside, inside
