@@ -15,7 +15,7 @@ from specmon.session.replay import ReplaySource
 from specmon.tui.app import SpecmonApp
 from specmon.tui.screens import ArmDetailScreen, HelpScreen, PromptScreen
 from specmon.tui.widgets.arm_panel import ArmPanel
-from specmon.tui.widgets.ramp import LevelTable, RampProgress
+from specmon.tui.widgets.ramp import LevelTable, LevelTableHeader, RampProgress
 from specmon.tui.widgets.status_bar import StatusBar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,9 +67,11 @@ async def test_replay_three_arms_messages_and_panes(tmp_path):
         assert "/175K tok" in kv
 
         table = text(app.query_one(LevelTable))
+        assert text(app.query_one(LevelTableHeader)).split()[:2] == ["arm", "C"]  # over the rows, not among them
+        assert not table.splitlines()[0].startswith("arm")
         for r in levels:  # every recorded (arm, level) row is in the table with its numbers
             assert any(line.split()[1] == r["arm"] and line.split()[2] == r["offered_concurrency"]
-                       for line in table.splitlines()[2:] if len(line.split()) > 3), r
+                       for line in table.splitlines() if len(line.split()) > 3), r
         first = next(r for r in levels if r["arm"] == "fp8-mtp")
         assert f"{first['ok']}/{first['failed']}" in table
         assert "level 4/4" in text(app.query_one(RampProgress))

@@ -163,6 +163,8 @@ async def test_the_newest_level_is_in_every_view(name, size):
                 assert any(_shows_level(screen, [r]) for r in rows), screen
             else:
                 assert _shows_level(screen, rows), (view, screen)
+            if view == "r":  # the whole table scrolls, to its end: its column names stay over it
+                assert re.search(r"│ arm\s+C\s", screen), screen
             if last > 0 and view == "arms" and not _shows_level(screen, _newest_rows(name, 0)):
                 # an earlier level is hidden: the table says how many, and which key shows them
                 assert re.search(r"↑ \d+ earlier levels? · r: every level", screen), screen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -104,11 +105,12 @@ class LevelTable(StyledWidget):
 
     DEFAULT_CSS = "LevelTable { height: auto; }"
 
-    def __init__(self, session: SessionState, arm: str | None = None, **kw) -> None:
+    def __init__(self, session: SessionState, arm: str | None = None, header: bool = True, **kw) -> None:
         super().__init__(**kw)
         self.session = session
         self.only_arm = arm
         self.tail = False
+        self.header = header  # False: a LevelTableHeader over the table's scroll draws it instead
 
     def _rows(self):
         rows = self.session.level_rows()
@@ -124,7 +126,7 @@ class LevelTable(StyledWidget):
         rows = self._rows()
         levels = len({r.level for r in rows})
         foot = 1 if any(self._noisy(r) for r in rows) else 0
-        return 2 + len(rows) + max(levels - 1, 0) + foot if rows else 1
+        return (2 if self.header else 0) + len(rows) + max(levels - 1, 0) + foot if rows else 1
 
     def columns(self, rows, width: int) -> tuple[int, list[tuple[str, int, bool]]]:
         """(arm column width, the columns shown) at this width."""
@@ -146,12 +148,8 @@ class LevelTable(StyledWidget):
             return Text("no level finished yet", style=self.st("dim"))
         width = max(self.size.width, 40)
         arm_w, columns = self.columns(rows, width)
-        table_w = 4 + sum(w for _, w, _ in columns)
-        head = Text("arm".ljust(arm_w), style=self.st("label"), no_wrap=True)
-        for name, w, right in columns:
-            head.append((name.rjust(w) if right else " " + name.ljust(w - 1)), style=self.st("label"))
-        rule_w = min(width, arm_w + table_w - 4)
-        lines = [head, Text("─" * rule_w, style=self.st("dim"))]
+        rule_w = self.rule_width(width, arm_w, columns)
+        lines = self.head(arm_w, columns, rule_w) if self.header else []
         body: list[list[Text]] = []  # one list of lines per level
         prev: object = object()  # no level yet: the first row opens one
         for r in rows:
@@ -186,6 +184,22 @@ class LevelTable(StyledWidget):
         lines.extend(foot)
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
+    @staticmethod
+    def rule_width(width: int, arm_w: int, columns) -> int:
+        return min(width, arm_w + sum(w for _, w, _ in columns))
+
+    def head(self, arm_w: int, columns, rule_w: int, underline: bool = False) -> list[Text]:
+        """The column names and the rule under them; underlined instead, in one line (the
+        docked header of r's scroll, where a row counts: 80x24 has 8 for the table)."""
+        label = self.st("label") + Style(underline=True) if underline else self.st("label")
+        head = Text("arm".ljust(arm_w), style=label, no_wrap=True)
+        for name, w, right in columns:
+            head.append((name.rjust(w) if right else " " + name.ljust(w - 1)), style=label)
+        if underline:
+            head.append(" " * max(rule_w - head.cell_len, 0), style=label)
+            return [head]
+        return [head, Text("─" * rule_w, style=self.st("dim"))]
+
     def _row(self, r, arm_w: int, columns) -> Text:
         arm = self.session.arm(r.arm)
         knee_row = bool(r.knee)
@@ -214,6 +228,31 @@ class LevelTable(StyledWidget):
         return line
 
 
+class LevelTableHeader(StyledWidget):
+    """The level table's column names, docked at the top of its scroll: in r, where the whole
+    table scrolls, they stay in view over the rows (at 80x24 they scrolled away with the first
+    levels). Nothing while no level has finished (the table says so itself)."""
+
+    DEFAULT_CSS = "LevelTableHeader { dock: top; height: auto; }"
+
+    def __init__(self, table: LevelTable, **kw) -> None:
+        super().__init__(**kw)
+        self.table = table
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return 1 if self.table._rows() else 0
+
+    def render(self) -> Text:
+        rows = self.table._rows()
+        if not rows:
+            return Text("")
+        width = max(self.size.width, 40)
+        arm_w, columns = self.table.columns(rows, width)
+        head, = self.table.head(arm_w, columns, self.table.rule_width(width, arm_w, columns), underline=True)
+        head.truncate(width, overflow="ellipsis")
+        return head
+
+
 class RampPane(Vertical):
     def __init__(self, session: SessionState, **kw) -> None:
         super().__init__(**kw)
@@ -223,7 +262,9 @@ class RampPane(Vertical):
         yield RampProgress(self.session)
         with Horizontal(id="ramp-body"):
             with VerticalScroll(id="level-scroll"):
-                yield LevelTable(self.session)
+                table = LevelTable(self.session, header=False)
+                yield LevelTableHeader(table)
+                yield table
             with Vertical(id="plots"):
                 yield LevelPlot(self.session, "output_tok_s", "output tok/s vs C", _short_rate)
                 yield LevelPlot(self.session, "ttft_p50_s", "TTFT p50 vs C", fmt.secs)
@@ -253,7 +294,7 @@ class RampPane(Vertical):
         scroll = self.query_one("#level-scroll")
         at_end = scroll.scroll_y >= scroll.max_scroll_y  # r's whole table: a new level stays in view
         for w in self.query(StyledWidget):
-            w.refresh(layout=isinstance(w, LevelTable))
+            w.refresh(layout=isinstance(w, (LevelTable, LevelTableHeader)))
         if at_end:
             scroll.call_after_refresh(scroll.scroll_end, animate=False)
 
