@@ -71,17 +71,21 @@ def within_one_level(observed: Optional[int], knee: float, levels: list[int]) ->
     return observed is not None and lo <= observed <= hi
 
 
-# Servers whose limits differ: a request cap well inside the pool, and a pool too small for the
-# requests (its cap far above). Not here: 4,096-token prompts (prefill-bound, the token budget)
-# make running swing between a few and all of the load within seconds, and the onset found on
-# running-count bins fell 1-2 levels below the ramp's in two of three runs; the compute limit
-# needs a decode that flattens before the simulator's pool fills (it does not). Both are checked
-# on synthetic samples (test_observed_curve.py). The capped server is the one whose cohorts of
+# Servers whose limits differ: a request cap well inside the pool, a pool too small for the
+# requests (its cap far above), and a card so slow (--gpu-flops-scale) that decode goes flat long
+# before either. Not here: 4,096-token prompts (prefill-bound, the token budget) make running
+# swing between a few and all of the load within seconds, and the onset found on running-count
+# bins fell 1-2 levels below the ramp's in two of three runs; that limit is checked on synthetic
+# samples (test_observed_curve.py). The capped server is the one whose cohorts of
 # equal requests finish together past the cap: running drops to a few for a sample while the
 # histograms still hold seconds of queueing, the moments that once called its knee at 4.
 CASES = {
     "request_cap": (["--profile", "fp8-nospec", "--max-running-requests", "12"], "2,4,8,12,16,24", 512, 256),
     "kv_pool": (["--profile", "fp8-nospec", "--max-total-tokens", "8000"], "2,4,8,12,16,24", 512, 256),
+    # a card with 3% of the FLOP/s: decode goes flat from ~12 running (tok/s 320 at 8, 383 at 12,
+    # 399 at 24) far under the pool (175K tokens) and the cap (2,048); short prompts keep the
+    # slowed prefill a small share of the time
+    "compute": (["--profile", "fp8-nospec", "--gpu-flops-scale", "0.03"], "2,4,8,16,24,32", 64, 256),
 }
 
 

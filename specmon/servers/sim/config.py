@@ -4,7 +4,7 @@ ignored, plus the simulator's own (--profile, --speed, faults)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from specmon.errors import UsageError
@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "steps, so a stream gets no more chunks per wall second than at speed 1 (first tokens and "
                         "finishes are never held back; the wire log says coalesce_steps)")
     p.add_argument("--drafter", default=None, help="override the profile's drafter: " + ", ".join(DRAFTERS))
+    p.add_argument("--gpu-flops-scale", type=float, default=1.0, metavar="F",
+                   help="scale the profile GPU's achieved FLOP/s by F (0 < F <= 1; default 1): a slower card, "
+                        "whose decode turns compute-bound at a small batch, before the KV pool or the request cap "
+                        "binds (prefill slows by as much)")
     p.add_argument("--request-log", default=None, help="append 'METHOD PATH' per HTTP request to this file")
     p.add_argument("--wire-log", default=None,
                    help="append one JSON line per generate request, wall-clock (time.time()) stamps: t_arrival "
@@ -206,11 +210,14 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         steps = args.speculative_num_steps or d.num_steps
         topk = args.speculative_eagle_topk or d.eagle_topk
         ndt = args.speculative_num_draft_tokens or (steps + 1 if topk == 1 and d.name == "mtp" else d.num_draft_tokens)
-        from dataclasses import replace
         prof = prof.with_overrides(drafter=replace(
             d, algorithm=algo_u, num_steps=steps, eagle_topk=topk, num_draft_tokens=ndt,
             draft_passes=steps if d.draft_positions == 1 else d.draft_passes,
             draft_model_path=args.speculative_draft_model_path or d.draft_model_path))
+    if not 0 < args.gpu_flops_scale <= 1:
+        raise UsageError(f"--gpu-flops-scale must be above 0 and at most 1, got {args.gpu_flops_scale}")
+    if args.gpu_flops_scale != 1.0:
+        prof = prof.with_overrides(gpu=replace(prof.gpu, flop_efficiency=prof.gpu.flop_efficiency * args.gpu_flops_scale))
     prof = prof.with_overrides(mem_fraction_static=args.mem_fraction_static,
                                max_total_tokens=args.max_total_tokens,
                                max_running_requests=args.max_running_requests,
