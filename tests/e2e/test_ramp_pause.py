@@ -3,6 +3,7 @@ thread) on a real simulator: the level's clock stops, the level runs again from 
 its figures are those of a steady state at C, not diluted by the pause."""
 
 import asyncio
+import csv
 import threading
 import time
 
@@ -14,22 +15,22 @@ from specmon.session.ramp import RampDriver
 PAUSE_S = 4.0  # wall seconds: longer than the level itself (3 s wall at x50)
 
 
-def test_a_paused_level_keeps_its_figures_and_its_clock(tmp_path):
-    # two equal levels, the first paused mid-way: both must measure the same steady state
-    plan = RampPlan(levels=[4, 4], input_len=256, output_len=64, level_duration_s=150, settle_s=25)
-    arm = ArmSpec(name="sim", url="")
+def paused_ramp(tmp_path, plan, pause_after_s: float):
+    """Ramp a simulator at x50 with `plan`, pausing its first level `pause_after_s` wall seconds
+    after it starts, from another thread (the TUI's key handler is not the ramp's load loop),
+    for PAUSE_S; (ramp, events, reason, [pause wall time, resume wall time])."""
     events = []
     paused_at = []
-
     with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=50) as sim:
         arm = ArmSpec(name="sim", url=sim.url)
         ramp = RampDriver([arm], plan)
-        live = LiveSession([arm], interval=0.25, out_dir=tmp_path, ramp=ramp, isl=256, osl=64)
+        live = LiveSession([arm], interval=0.25, out_dir=tmp_path, ramp=ramp, isl=plan.input_len,
+                           osl=plan.output_len)
 
-        def operator():  # the TUI's key handler runs on another thread than the ramp's load loop
+        def operator():
             while not any(isinstance(e, LevelStarted) for e in list(events)):
                 time.sleep(0.05)
-            time.sleep(1.5)  # into the level's window (settle is 0.5 s of wall time)
+            time.sleep(pause_after_s)
             assert live.pause_ramp()
             paused_at.append(time.time())
             time.sleep(PAUSE_S)
@@ -44,6 +45,14 @@ def test_a_paused_level_keeps_its_figures_and_its_clock(tmp_path):
 
         reason = asyncio.run(main())
         t.join(5)
+    return ramp, events, reason, paused_at
+
+
+def test_a_paused_level_keeps_its_figures_and_its_clock(tmp_path):
+    # two equal levels, the first paused mid-way: both must measure the same steady state
+    plan = RampPlan(levels=[4, 4], input_len=256, output_len=64, level_duration_s=150, settle_s=25)
+    # 1.5 s: into the level's window (settle is 0.5 s of wall time)
+    ramp, events, reason, paused_at = paused_ramp(tmp_path, plan, 1.5)
     assert reason == "ramp done" and len(paused_at) == 2
     first, second = [e.results[0] for e in events if isinstance(e, LevelFinished)]
     # the paused level is valid, says it was re-run, and lasted its plan: the pause is not in it
@@ -77,32 +86,7 @@ def test_a_paused_rate_level_runs_its_schedule_again_from_the_resume(tmp_path):
     # open loop: two equal rate levels, the first paused mid-way; its arrivals stop with its clock,
     # and at the resume the schedule starts again, so both levels offer and achieve the same rate
     plan = RampPlan(rates=[2.0, 2.0], input_len=256, output_len=64, level_duration_s=100, settle_s=20)
-    events = []
-    paused_at = []
-
-    with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=50) as sim:
-        arm = ArmSpec(name="sim", url=sim.url)
-        ramp = RampDriver([arm], plan)
-        live = LiveSession([arm], interval=0.25, out_dir=tmp_path, ramp=ramp, isl=256, osl=64)
-
-        def operator():
-            while not any(isinstance(e, LevelStarted) for e in list(events)):
-                time.sleep(0.05)
-            time.sleep(1.2)  # into the level's window (settle is 0.4 s of wall time)
-            assert live.pause_ramp()
-            paused_at.append(time.time())
-            time.sleep(PAUSE_S)
-            paused_at.append(time.time())
-            live.resume_ramp()
-
-        t = threading.Thread(target=operator, daemon=True)
-        t.start()
-
-        async def main():
-            return await live.run(events.append, asyncio.Event())
-
-        reason = asyncio.run(main())
-        t.join(5)
+    ramp, events, reason, paused_at = paused_ramp(tmp_path, plan, 1.2)  # settle: 0.4 s of wall time
     assert reason == "ramp done" and len(paused_at) == 2
     first, second = [e.results[0] for e in events if isinstance(e, LevelFinished)]
     assert first.valid, first.invalid_reason
@@ -113,7 +97,6 @@ def test_a_paused_rate_level_runs_its_schedule_again_from_the_resume(tmp_path):
     assert 0.75 * second.achieved_rate <= first.achieved_rate <= 1.33 * second.achieved_rate, \
         (first.achieved_rate, second.achieved_rate)
     # no arrivals while paused: none of level 0's requests was scheduled inside the pause
-    import csv
     with open(tmp_path / "requests.csv") as f:
         sent = [float(r["t_start"]) for r in csv.DictReader(f) if r["level"] == "0"]
     inside = [t for t in sent if paused_at[0] + 0.2 < t < paused_at[1] - 0.2]

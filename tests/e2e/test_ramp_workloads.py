@@ -14,7 +14,7 @@ from helpers.simproc import REPO, start_sim
 from helpers.records import rows
 from specmon.load.workload import arrival_times
 from specmon.model import RampPlan
-from helpers.ramp_workloads import run_ramp
+from helpers.ramps import run_ramp
 
 
 def test_shared_prefixes_hit_the_cache_and_buy_ttft(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from helpers.simproc import start_sim
 from helpers.records import rows
 from specmon.model import RampPlan
-from helpers.ramp_workloads import run_ramp
+from helpers.ramps import run_ramp
 
 
 def test_multi_turn_conversations_resend_their_history(tmp_path):
