@@ -181,11 +181,18 @@ class OperatingCurve:
         if self.request_cap and r >= self.request_cap:
             b.capped_s += dt
         # SGLang 0.5.23's own pool figures, where the sample has them: nothing free and nothing the
-        # radix cache could give back, or requests retracted, is a full pool whatever token_usage says
-        free, evictable = getattr(s, "kv_available_tokens", None), getattr(s, "kv_evictable_tokens", None)
+        # radix cache could give back, or requests retracted, is a full pool whatever token_usage
+        # says. So is a pool whose room (free + evictable) is under what one running request holds
+        # while requests wait: SGLang admits a request only with room for its prompt and all of its
+        # max_new_tokens, more than a running request like it holds on average.
+        free, evictable = s.kv_available_tokens, s.kv_evictable_tokens
         cap = s.kv_capacity_tokens or self.kv_capacity
+        room = (free + evictable if free is not None and evictable is not None
+                else None if kv is None or not cap else (1.0 - kv) * cap)
+        used = s.kv_used_tokens if s.kv_used_tokens is not None else (None if kv is None or not cap else kv * cap)
         if ((free is not None and evictable is not None and cap and free + evictable <= 0.02 * cap)
-                or (getattr(s, "retracted_reqs", None) or 0) > 0 or (getattr(s, "retractions_per_s", None) or 0) > 0):
+                or (s.retracted_reqs or 0) > 0 or (s.retractions_per_s or 0) > 0
+                or (q > 0 and r > 0 and room is not None and used and room < used / r)):
             b.kv_full_s += dt
         busy = getattr(s, "scheduler_busy_share", None)
         if busy is not None and (b.busy_max is None or busy > b.busy_max):
@@ -272,12 +279,19 @@ class OperatingCurve:
         cap = self.request_cap
         kv = max((p.kv_usage_max for p in at if p.kv_usage_max is not None), default=None)
         full = max((p.kv_full_share for p in at if p.kv_full_share is not None), default=0.0)
+        used = kv
         if full >= 0.25 and (kv is None or kv < KV_FULL):
-            kv = KV_FULL  # the pool had nothing free nor evictable (or retracted) for a quarter of a bin
+            # for a quarter of a bin the pool had no room for another request (nothing free nor
+            # evictable, requests retracted, or less free than a running request holds, with
+            # requests waiting)
+            kv = KV_FULL
         top = max(p.running + p.width - 1 for p in at)
         if cap and top >= cap - max(1, math.ceil(0.02 * cap)) and (kv is None or kv < KV_FULL):
             return "request_cap", f"running reached the request cap {cap}"
         if kv is not None and kv >= KV_FULL:
+            if used is None or used < KV_FULL:
+                at_most = f" at {used:.0%} used" if used is not None else ""
+                return "kv_pool", f"KV pool without room for another request{at_most}"
             return "kv_pool", f"KV pool {kv:.0%} full"
         if queued:
             room = f"KV at most {kv:.0%}" if kv is not None else "KV usage unknown"
