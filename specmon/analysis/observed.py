@@ -112,6 +112,11 @@ class OperatingCurve:
         # its tok/s already are
         self.time_scale = 1.0
         self.requests = RequestLatencies()  # the server's own per-request lines, where read
+        # Tokens generated and requests finished since the first reading (counter deltas, a
+        # restart's reset counted from zero): the mean output of a request, for the pool's room
+        self._generated = 0.0
+        self._finished = 0.0
+        self._finished_last: Optional[float] = None
         # (ts, running) of the histograms' window, running falling from the left: its first entry
         # is the most running the window saw (amortized O(1) a sample)
         self._window: deque[tuple[float, int]] = deque()
@@ -150,6 +155,13 @@ class OperatingCurve:
         self.evidence_s += dt
         if self.running_max is None or r > self.running_max:
             self.running_max = r
+        fin = s.requests_finished_total
+        if fin is not None:
+            if self._finished_last is not None:
+                self._finished += fin - self._finished_last if fin >= self._finished_last else fin
+                if s.gen_tok_s is not None:
+                    self._generated += s.gen_tok_s * dt
+            self._finished_last = fin
         if s.gen_tok_s is not None:
             b.tok_s += s.gen_tok_s * dt
             b.per_user += (s.gen_tok_s / r if r else 0.0) * dt
@@ -182,21 +194,37 @@ class OperatingCurve:
             b.capped_s += dt
         # SGLang 0.5.23's own pool figures, where the sample has them: nothing free and nothing the
         # radix cache could give back, or requests retracted, is a full pool whatever token_usage
-        # says. So is a pool whose room (free + evictable) is under what one running request holds
-        # while requests wait: SGLang admits a request only with room for its prompt and all of its
-        # max_new_tokens, more than a running request like it holds on average.
+        # says. So is a pool without room for one more request while requests wait (_no_room).
         free, evictable = s.kv_available_tokens, s.kv_evictable_tokens
         cap = s.kv_capacity_tokens or self.kv_capacity
-        room = (free + evictable if free is not None and evictable is not None
-                else None if kv is None or not cap else (1.0 - kv) * cap)
-        used = s.kv_used_tokens if s.kv_used_tokens is not None else (None if kv is None or not cap else kv * cap)
         if ((free is not None and evictable is not None and cap and free + evictable <= 0.02 * cap)
                 or (s.retracted_reqs or 0) > 0 or (s.retractions_per_s or 0) > 0
-                or (q > 0 and r > 0 and room is not None and used and room < used / r)):
+                or (q > 0 and r > 0 and self._no_room(s, r, kv, cap))):
             b.kv_full_s += dt
         busy = getattr(s, "scheduler_busy_share", None)
         if busy is not None and (b.busy_max is None or busy > b.busy_max):
             b.busy_max = busy
+
+    def output_mean(self) -> Optional[float]:
+        """Mean tokens a finished request generated, over what was read (None under 5 requests)."""
+        return self._generated / self._finished if self._finished >= 5 else None
+
+    def _no_room(self, s: Sample, r: int, kv: Optional[float], cap: Optional[int]) -> bool:
+        """SGLang admits a request only with room (free + evictable) for its prompt and all of its
+        max_new_tokens beside the output its running requests may still write (both releases'
+        PrefillAdder; 0.5.23 keeps all of it for requests that ignore EOS). With requests of a
+        mean output o, each running one holding its prompt and ~o/2 so far (used / r), the next
+        needs used / r + o / 2 and the running ones r x o / 2 more: the real 0.5.23 with a
+        1,024-token pool and 176-token requests queued from 5 running at 63-85% used. Without a
+        mean output, what one running request holds is the least the next one needs."""
+        room = (s.kv_available_tokens + s.kv_evictable_tokens
+                if s.kv_available_tokens is not None and s.kv_evictable_tokens is not None
+                else None if kv is None or not cap else (1.0 - kv) * cap)
+        used = s.kv_used_tokens if s.kv_used_tokens is not None else (None if kv is None or not cap else kv * cap)
+        if room is None or not used:
+            return False
+        o = self.output_mean() or 0.0
+        return room < used / r + o / 2 + r * o / 2
 
     def curve(self) -> list[CurvePoint]:
         points = [self.bins[k].point() for k in sorted(self.bins)]
