@@ -216,32 +216,40 @@ def test_kv_pool_from_0523_free_and_evictable_tokens():
     assert (k.concurrency, k.limit) == (12, "kv_pool"), k
 
 
+def _five_admitted(pool: int, held: int, output: Optional[float] = None):
+    """The knee of a server that runs at most 5 requests, each holding `held` tokens of a `pool`
+    of KV, the rest waiting; `output`: the mean output of finished requests its counters show."""
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=320, kv_capacity_tokens=pool))
+    t = done = 0.0
+    for offered in range(1, 10):
+        running = min(offered, 5)
+        for _ in range(8):
+            t += 1.0
+            tok = 60.0 * running
+            done += tok / output if output else 0.0
+            c.add(Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=offered - running,
+                         gen_tok_s=tok, kv_used_tokens=held * running, kv_capacity_tokens=pool,
+                         requests_finished_total=done if output else None,
+                         ttft_mean_s=0.2 + 0.1 * (offered - running), queue_time_mean_s=0.1 * (offered - running)))
+    return c.knee()
+
+
 def test_kv_pool_binds_below_full_when_no_request_fits():
     # SGLang admits a request only with room for its prompt and its whole output: with 5 running
     # holding ~174 tokens each in a 1,024-token pool, 154 tokens are free and requests wait at
     # 85 % used: the pool binds (no room for another), not a token budget
-    c = OperatingCurve("a")
-    c.set_info(ArmInfo(max_running_requests=320, kv_capacity_tokens=1024))
-    t = 0.0
-    for offered in range(1, 10):
-        running = min(offered, 5)
-        for _ in range(8):
-            t += 1.0
-            c.add(Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=offered - running,
-                         gen_tok_s=60.0 * running, kv_used_tokens=174 * running, kv_capacity_tokens=1024,
-                         ttft_mean_s=0.2 + 0.1 * (offered - running), queue_time_mean_s=0.1 * (offered - running)))
-    k = c.knee()
+    k = _five_admitted(1024, 174)
     assert (k.concurrency, k.limit) == (5, "kv_pool"), k
     assert "without room for another request at 85% used" in k.reason, k.reason
     # the same queue with the pool half empty: something else holds the requests (a token budget)
-    c = OperatingCurve("b")
-    c.set_info(ArmInfo(max_running_requests=320, kv_capacity_tokens=4096))
-    t = 0.0
-    for offered in range(1, 10):
-        running = min(offered, 5)
-        for _ in range(8):
-            t += 1.0
-            c.add(Sample(ts=t, arm="b", up=True, running_reqs=running, queued_reqs=offered - running,
-                         gen_tok_s=60.0 * running, kv_used_tokens=174 * running, kv_capacity_tokens=4096,
-                         ttft_mean_s=0.2 + 0.1 * (offered - running), queue_time_mean_s=0.1 * (offered - running)))
-    assert c.knee().limit == "token_budget"
+    assert _five_admitted(4096, 174).limit == "token_budget"
+
+
+def test_kv_pool_binds_with_room_kept_for_the_running_requests_output():
+    # 5 running hold 150 tokens each (73 % of 1,024, 274 free); requests of a mean output of 48:
+    # the next needs ~150 + 24 and the running ones may still write 5 x 24, 294 in all: no room
+    k = _five_admitted(1024, 150, output=48.0)
+    assert (k.concurrency, k.limit) == (5, "kv_pool"), k
+    # without the finished requests' mean output, 274 free over 150 a request looks like room
+    assert _five_admitted(1024, 150).limit == "token_budget"
