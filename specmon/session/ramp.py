@@ -991,11 +991,7 @@ class RampDriver:
                         issued[a] = 0
                 elif was_paused and not paused:
                     level.paused_at = None
-                if self._skip.is_set():
-                    level.t_stop = clock.wall()
-                    stop.set()
-                    for t in tasks:
-                        t.cancel()
+                if self._skipped(level, stop, tasks):
                     break
                 if left is not None and left <= 0:
                     break
@@ -1018,6 +1014,16 @@ class RampDriver:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+
+    def _skipped(self, level: _LevelState, stop: asyncio.Event, tasks: list[asyncio.Task]) -> bool:
+        """`n` (skip_level) was asked: the level stops now, what it holds cancelled."""
+        if not self._skip.is_set():
+            return False
+        level.t_stop = clock.wall()
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        return True
 
     async def _rate_level_on_load_loop(self, i: int, rate: float, level: _LevelState,
                                        clients: dict[str, GenerateClient]) -> None:
@@ -1141,11 +1147,7 @@ class RampDriver:
                     level.planned_t1 = planned_t1(t)
                     level.paused_at = None
                     level.reruns += 1  # last: the dispatchers read the new t0 once they see it
-                if self._skip.is_set():
-                    level.t_stop = clock.wall()
-                    stop.set()
-                    for t in tasks:
-                        t.cancel()
+                if self._skipped(level, stop, tasks):
                     break
             await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
