@@ -197,9 +197,11 @@ class OperatingCurve:
         # says. So is a pool without room for one more request while requests wait (_no_room).
         free, evictable = s.kv_available_tokens, s.kv_evictable_tokens
         cap = s.kv_capacity_tokens or self.kv_capacity
-        if ((free is not None and evictable is not None and cap and free + evictable <= 0.02 * cap)
+        room = (free + evictable if free is not None and evictable is not None
+                else None if kv is None or not cap else (1.0 - kv) * cap)
+        if ((free is not None and evictable is not None and cap and room <= 0.02 * cap)
                 or (s.retracted_reqs or 0) > 0 or (s.retractions_per_s or 0) > 0
-                or (q > 0 and r > 0 and self._no_room(s, r, kv, cap))):
+                or (q > 0 and r > 0 and room is not None and self._no_room(s, r, room, kv, cap))):
             b.kv_full_s += dt
         busy = getattr(s, "scheduler_busy_share", None)
         if busy is not None and (b.busy_max is None or busy > b.busy_max):
@@ -209,19 +211,16 @@ class OperatingCurve:
         """Mean tokens a finished request generated, over what was read (None under 5 requests)."""
         return self._generated / self._finished if self._finished >= 5 else None
 
-    def _no_room(self, s: Sample, r: int, kv: Optional[float], cap: Optional[int]) -> bool:
+    def _no_room(self, s: Sample, r: int, room: float, kv: Optional[float], cap: Optional[int]) -> bool:
         """SGLang admits a request only with room (free + evictable) for its prompt and all of its
         max_new_tokens beside the output its running requests may still write (both releases'
         PrefillAdder; 0.5.23 keeps all of it for requests that ignore EOS). With requests of a
         mean output o, each running one holding its prompt and ~o/2 so far (used / r), the next
         needs used / r + o / 2 and the running ones r x o / 2 more: the real 0.5.23 with a
-        1,024-token pool and 176-token requests queued from 5 running at 63-85% used. Without a
+        1,024-token pool and 176-token requests queued from 3-5 running at 63-85% used. Without a
         mean output, what one running request holds is the least the next one needs."""
-        room = (s.kv_available_tokens + s.kv_evictable_tokens
-                if s.kv_available_tokens is not None and s.kv_evictable_tokens is not None
-                else None if kv is None or not cap else (1.0 - kv) * cap)
         used = s.kv_used_tokens if s.kv_used_tokens is not None else (None if kv is None or not cap else kv * cap)
-        if room is None or not used:
+        if not used:
             return False
         o = self.output_mean() or 0.0
         return room < used / r + o / 2 + r * o / 2
@@ -310,8 +309,8 @@ class OperatingCurve:
         used = kv
         if full >= 0.25 and (kv is None or kv < KV_FULL):
             # for a quarter of a bin the pool had no room for another request (nothing free nor
-            # evictable, requests retracted, or less free than a running request holds, with
-            # requests waiting)
+            # evictable, requests retracted, or, with requests waiting, less room than the next
+            # one needs beside the running ones' output: _no_room)
             kv = KV_FULL
         top = max(p.running + p.width - 1 for p in at)
         if cap and top >= cap - max(1, math.ceil(0.02 * cap)) and (kv is None or kv < KV_FULL):

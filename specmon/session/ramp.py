@@ -240,9 +240,9 @@ class _LevelState:
         self.window_t0 = self.t0
         self.t_stop: Optional[float] = None
         # A pause (`space` in the TUI, RampDriver.pause) stops the level's clock (and an open
-        # loop's arrivals); at the resume the level runs again from the start (t0, window_t0 and its clock
-        # reset, `reruns` counts them), so its window holds no idle time. paused_at: wall time the
-        # running pause began (None: not paused); paused_s: wall seconds paused in all.
+        # loop's arrivals); at the resume the level runs again from the start (rerun_from), so
+        # its window holds no idle time. paused_at: wall time the running pause began (None: not
+        # paused); paused_s: wall seconds paused in all.
         self.paused_at: Optional[float] = None
         self.paused_s = 0.0
         self.reruns = 0
@@ -271,6 +271,15 @@ class _LevelState:
         # how many opened per arm (None: none were opened ahead, an open-loop level).
         self.connect_s: Optional[float] = None
         self.connected: Optional[dict[str, int]] = None
+
+    def rerun_from(self, t: float, settle_wall_s: float) -> None:
+        """Resumed at wall time t: what ran before the pause and the drain during it are not a
+        steady state, so the level runs again from t (its clock and settle anew). `reruns` moves
+        last: an open loop's dispatchers restart their schedule from the new t0 once they see it."""
+        self.paused_s += t - (self.paused_at if self.paused_at is not None else t)
+        self.t0, self.window_t0 = t, t + settle_wall_s
+        self.paused_at = None
+        self.reruns += 1
 
 
 def _backlog_spans(outcomes: Sequence[RequestOutcome]) -> list[tuple[float, Optional[float]]]:
@@ -979,13 +988,7 @@ class RampDriver:
                 if paused and not was_paused:
                     level.paused_at = clock.wall()
                 elif was_paused and not paused and level.t_stop is None:
-                    # Resumed: what ran before the pause and the drain during it are not a steady
-                    # state at C. The level runs again from here, its clock and settle anew.
-                    t = clock.wall()
-                    level.paused_s += t - (level.paused_at or t)
-                    level.paused_at = None
-                    level.reruns += 1
-                    level.t0, level.window_t0 = t, t + self._wall(plan.settle_s)
+                    level.rerun_from(clock.wall(), self._wall(plan.settle_s))
                     left = duration
                     for a in issued:  # --requests-per-level: the count starts again too
                         issued[a] = 0
@@ -1139,14 +1142,9 @@ class RampDriver:
                 if paused and level.paused_at is None:
                     level.paused_at = clock.wall()
                 elif not paused and level.paused_at is not None:
-                    # Resumed: what was sent before the pause and the drain during it are not a
-                    # steady state at this rate; the schedule runs again from here, settle anew.
                     t = clock.wall()
-                    level.paused_s += t - level.paused_at
-                    level.t0, level.window_t0 = t, t + plan.settle_s / pace
                     level.planned_t1 = planned_t1(t)
-                    level.paused_at = None
-                    level.reruns += 1  # last: the dispatchers read the new t0 once they see it
+                    level.rerun_from(t, plan.settle_s / pace)
                 if self._skipped(level, stop, tasks):
                     break
             await asyncio.gather(*tasks, return_exceptions=True)
