@@ -34,7 +34,7 @@ from specmon.tui.widgets.fleet import FLEET_TABLE_ABOVE, FleetHeader, FleetTable
 from specmon.tui.widgets.gpu_strip import GpuStrip
 from specmon.tui.widgets.knee_banner import KneeBanner
 from specmon.tui.widgets.log_pane import LogPane
-from specmon.tui.widgets.ramp import RampPane
+from specmon.tui.widgets.ramp import LevelScroll, RampPane
 from specmon.tui.widgets.status_bar import StatusBar
 
 CONFIRM_S = 5.0  # a second ctrl+c within this quits a running ramp
@@ -570,9 +570,9 @@ class SpecmonApp(App[str]):
             self._focus_before_ramp_view = self.focused  # hidden with the arms: given back on return
             self.query_one(ContentSwitcher).current = "ramp"
             self.logs_chosen_by_user = True
-            scroll = self.query_one("#level-scroll")
+            scroll = self.query_one(LevelScroll)
             scroll.focus()  # the keys scroll the table
-            self.call_after_refresh(scroll.scroll_end, animate=False)  # the newest level in view
+            scroll.follow()  # the newest level in view, kept there as levels arrive
         self._show_chosen_panes()
         before = getattr(self, "_focus_before_ramp_view", None)
         if not self.ramp_view and before is not None and before.is_attached:

@@ -152,9 +152,13 @@ async def test_the_newest_level_is_in_every_view(name, size):
     async with app.run_test(size=size) as pilot:
         await wait_replay_end(pilot, timeout=12.0, every=0.02)
         await pilot.pause(0.1)
-        for view in ("arms", "r"):
-            if view == "r":
+        for view in ("arms", "r", "r again"):
+            if view == "r again":  # back to the arms (the table cut to its tail) and into r again
+                await pilot.press("r", "r")
+                view = "r"
+            elif view == "r":
                 await pilot.press("r")
+            if view == "r":
                 await pilot.pause(0.2)
                 await pilot.pause()
             screen = screen_text(app)
@@ -177,6 +181,42 @@ async def test_the_newest_level_is_in_every_view(name, size):
             arm = app.screen.arm_name
             screen = screen_text(app)
             assert all(re.search(rf"{arm_glyph_of(app, arm)}\s+{r['offered_concurrency']}\s", screen) for r in rows if r["arm"] == arm), screen
+
+
+async def test_r_keeps_the_newest_level_in_view_until_scrolled_up():
+    """r's whole table follows new levels; scrolled up, it stays put; back at its end, it follows."""
+    from specmon.model import LevelFinished, LevelResult, LevelStarted
+    from specmon.tui.widgets.ramp import LevelScroll
+
+    app = _app("session_demo_2arm")
+    last, rows = _newest("session_demo_2arm")
+    arms = [r["arm"] for r in rows]
+
+    def level(n: int, c: int) -> None:
+        app.emit(LevelStarted(level=n, offered_concurrency=c, planned_s=60.0, levels_total=0))
+        app.emit(LevelFinished(level=n, results=[LevelResult(arm=a, level=n, offered_concurrency=c, ok=9,
+                                                             output_tok_s=500.0) for a in arms]))
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_replay_end(pilot, timeout=12.0, every=0.02)
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        scroll = app.query_one(LevelScroll)
+        assert scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y
+        level(last + 1, 50)
+        await pilot.pause(0.2)
+        assert scroll.scroll_y == scroll.max_scroll_y and re.search(rf"{arms[0]}\s+50\s", screen_text(app))
+        await pilot.press("home")  # the operator reads the first levels
+        await pilot.pause(0.2)
+        assert scroll.scroll_y == 0
+        level(last + 2, 60)
+        await pilot.pause(0.2)
+        assert scroll.scroll_y == 0 and not re.search(rf"{arms[0]}\s+60\s", screen_text(app))
+        await pilot.press("end")
+        await pilot.pause(0.2)
+        level(last + 3, 70)
+        await pilot.pause(0.2)
+        assert scroll.scroll_y == scroll.max_scroll_y and re.search(rf"{arms[0]}\s+70\s", screen_text(app))
 
 
 def _newest_rows(name: str, level: int):

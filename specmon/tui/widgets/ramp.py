@@ -253,6 +253,35 @@ class LevelTableHeader(StyledWidget):
         return head
 
 
+class LevelScroll(VerticalScroll):
+    """The level table's scroll box: kept at its end (the newest level in view) as levels arrive
+    and when r opens it, until the operator scrolls up; back at the end, it follows again.
+
+    It follows when the layout gives it a new size (Resize) or the table a new height (its
+    virtual size), the figures the scroll depends on. A scroll_end queued after r's refresh raced
+    that relayout when r switched views, and now and then
+    left the view at the table's top. (Textual's own anchor() bottom-aligns a table shorter than
+    its box, leaving blank rows over it.)"""
+
+    following = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y
+
+    def follow(self) -> None:
+        self.following = True
+        self.scroll_end(animate=False)
+
+    def on_resize(self) -> None:  # its box resized (r, the terminal)
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
+    def watch_virtual_size(self) -> None:  # the table grew or shrank in the same box: no Resize
+        if self.following:
+            self.scroll_end(animate=False)  # after the refresh: the container's size is set last
+
+
 class RampPane(Vertical):
     def __init__(self, session: SessionState, **kw) -> None:
         super().__init__(**kw)
@@ -261,7 +290,7 @@ class RampPane(Vertical):
     def compose(self) -> ComposeResult:
         yield RampProgress(self.session)
         with Horizontal(id="ramp-body"):
-            with VerticalScroll(id="level-scroll"):
+            with LevelScroll(id="level-scroll"):
                 table = LevelTable(self.session, header=False)
                 yield LevelTableHeader(table)
                 yield table
@@ -291,12 +320,9 @@ class RampPane(Vertical):
             self.border_title = title
 
     def redraw(self) -> None:
-        scroll = self.query_one("#level-scroll")
-        at_end = scroll.scroll_y >= scroll.max_scroll_y  # r's whole table: a new level stays in view
+        # a new level's rows: the table's new height reaches LevelScroll as a Resize
         for w in self.query(StyledWidget):
             w.refresh(layout=isinstance(w, (LevelTable, LevelTableHeader)))
-        if at_end:
-            scroll.call_after_refresh(scroll.scroll_end, animate=False)
 
 
 def _short_rate(v: float) -> str:
