@@ -199,24 +199,28 @@ async def test_r_keeps_the_newest_level_in_view_until_scrolled_up():
 
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_replay_end(pilot, timeout=12.0, every=0.02)
-        await pilot.press("r")
-        await pilot.pause(0.2)
         scroll = app.query_one(LevelScroll)
-        assert scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y
+
+        def shows(c: int) -> bool:
+            return bool(re.search(rf"{arms[0]}\s+{c}\s", screen_text(app)))
+
+        def at_end_showing(c: int) -> bool:
+            return scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y and shows(c)
+
+        await pilot.press("r")
+        await wait_for(pilot, lambda: at_end_showing(int(rows[0]["offered_concurrency"])), what="r at the end")
         level(last + 1, 50)
-        await pilot.pause(0.2)
-        assert scroll.scroll_y == scroll.max_scroll_y and re.search(rf"{arms[0]}\s+50\s", screen_text(app))
+        await wait_for(pilot, lambda: at_end_showing(50), what="the new level in view")
         await pilot.press("home")  # the operator reads the first levels
-        await pilot.pause(0.2)
-        assert scroll.scroll_y == 0
+        await wait_for(pilot, lambda: scroll.scroll_y == 0, what="the table's top")
+        grown = scroll.max_scroll_y
         level(last + 2, 60)
-        await pilot.pause(0.2)
-        assert scroll.scroll_y == 0 and not re.search(rf"{arms[0]}\s+60\s", screen_text(app))
+        await wait_for(pilot, lambda: scroll.max_scroll_y > grown, what="the level's rows laid out")
+        await pilot.pause(0.3)
+        assert scroll.scroll_y == 0 and not shows(60)  # left where the operator put it
         await pilot.press("end")
-        await pilot.pause(0.2)
         level(last + 3, 70)
-        await pilot.pause(0.2)
-        assert scroll.scroll_y == scroll.max_scroll_y and re.search(rf"{arms[0]}\s+70\s", screen_text(app))
+        await wait_for(pilot, lambda: at_end_showing(70), what="following again from the end")
 
 
 def _newest_rows(name: str, level: int):
