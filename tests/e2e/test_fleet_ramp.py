@@ -80,7 +80,9 @@ def test_the_gateway_is_the_ramps_arm_and_each_level_has_a_row_per_worker(fleet_
         assert all(float(r["output_tok_s"]) > 0 for r in workers.values())  # each worker's own gen tok/s
     top = {r["arm"]: r for r in levels if int(r["level"]) == len(LEVELS) - 1 and r["worker"]}
     small, large = top[fleet_ramp["small"]], top[fleet_ramp["large"]]
-    assert float(small["kv_usage_max"]) > 0.8 > 0.3 > float(large["kv_usage_max"])
+    # the small pool (5,000 tokens) admits only 3 requests of 1,024 + 256 (SGLang keeps room for
+    # each one's whole output): at most 3,840 tokens, 0.77, used while the rest wait
+    assert float(small["kv_usage_max"]) > 0.6 > 0.3 > float(large["kv_usage_max"])
     assert float(small["queued_share"]) >= 0.8 and float(large["queued_share"]) == 0.0
     assert float(small["ttft_p50_s"]) > 5 * float(large["ttft_p50_s"])  # its queue, from its own histogram
     # the load went through the gateway: it routed requests to every worker

@@ -151,7 +151,7 @@ def build_app(st: SimState) -> Starlette:
             target, by_eos = (natural, True) if natural < max_new else (max_new, False)
         return SimRequest(rid=rid, prompt_len=prompt_len, max_new_tokens=max(1, max_new), target_len=target,
                           stop_by_eos=by_eos, t_created=st.clock.now(), log_metrics=log_metrics,
-                          prefix_key=key, seed=seed, stream_interval=si)
+                          prefix_key=key, seed=seed, stream_interval=si, ignore_eos=ignore_eos)
 
     async def wait_updates(r: SimRequest):
         """Yields (tokens_so_far, finished, error) each time the scheduler flushes this request."""

@@ -2,9 +2,10 @@
 SGLang's event loop (prefill first when something can be admitted, else one decode/verify pass),
 and hands each request its tokens through a small mailbox that the HTTP stream drains.
 
-Admission is FIFO and needs prompt + reserved output room (SGLang's new_token_ratio) free in the
-KV pool and a free slot under max_running_requests; a decode pass that would overflow the pool
-retracts the youngest request back to the queue, as SGLang does.
+Admission is FIFO and needs the prompt and all of its max_new_tokens free in the KV pool, beside
+the output room kept for the running requests (SGLang's new_token_ratio; all of it for 0.5.23's
+requests that ignore EOS), and a free slot under max_running_requests; a decode pass that would
+overflow the pool retracts the youngest request back to the queue, as SGLang does.
 
 The prefix (radix) cache lives in the same pool: a request admitted with a cached prefix skips
 computing it; its prompt enters the tree after its prefill, its whole sequence when it finishes.
@@ -65,6 +66,7 @@ class SimRequest:
     target_len: int              # where it will stop (max_new_tokens with ignore_eos)
     stop_by_eos: bool
     t_created: float
+    ignore_eos: bool = False     # sampling_params.ignore_eos: 0.5.23 reserves its whole remaining output
     log_metrics: bool = True
     stream: bool = True          # non-streamed requests get one output, at the end (as in SGLang)
     prefix_key: Optional[tuple] = None   # the prompt as tokens (None: never cached, e.g. the warm-up)
@@ -476,13 +478,19 @@ class Scheduler:
             self.hooks.on_chunk(self, r, r.output_len, t)
 
     # -- prefill -------------------------------------------------------------------------------
+    def _reserve_ratio(self, r: SimRequest) -> float:
+        """The share of a running request's remaining output SGLang keeps room for: the decaying
+        new_token_ratio, except that 0.5.23 keeps all of it for a request that ignores EOS (it
+        cannot end early: schedule_policy's running-request offset)."""
+        return 1.0 if r.ignore_eos and self.new_shapes else self.new_token_ratio
+
     def _rem_total_tokens(self) -> float:
         reserved = 0.0
         for r in self.running:
-            reserved += min(r.max_new_tokens - r.output_len, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            reserved += min(r.max_new_tokens - r.output_len, CLIP_MAX_NEW_TOKENS) * self._reserve_ratio(r)
         if self.chunked is not None:
             c = self.chunked
-            reserved += (c.prompt_len - c.prefilled) + min(c.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            reserved += (c.prompt_len - c.prefilled) + min(c.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self._reserve_ratio(c)
         return self.max_total_tokens - self.num_used_tokens - reserved
 
     def _run_prefill(self) -> bool:
@@ -505,7 +513,9 @@ class Scheduler:
             r = self.waiting[0]
             if r.t_queued > self.t:
                 break  # arrives after this batch starts
-            need_total = r.prompt_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            # A request is admitted with room for its prompt and all of its max_new_tokens (both
+            # releases' PrefillAdder.add_one_req); only running requests' room is scaled down.
+            need_total = r.prompt_len + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
             if need_total > rem_total:
                 break
             # Matched when it is scheduled, as SGLang does: a prefix cached while it waited counts.
