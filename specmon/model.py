@@ -522,11 +522,12 @@ class PredictedKnee:
     """The knee knowable before any load, from the KV pool and the request cap (analysis/predict.py).
 
     `concurrency` is the prediction: the lower of what SGLang admits at once (a request needs its
-    prompt plus osl x new_token_ratio of decode reserve) and the request cap. `kv_full_length`
+    prompt and its whole output free, each running one keeps osl x new_token_ratio, or its whole
+    output on 0.5.23 when it ignores EOS) and the request cap. `kv_full_length`
     (pool / (isl + osl), every request at full length) is shown beside it, never used as the knee."""
 
     concurrency: Optional[float]
-    kv_admitted: Optional[int] = None  # floor(pool / (isl + osl x ratio))
+    kv_admitted: Optional[int] = None  # 1 + floor((pool - isl - osl) / (isl + osl x ratio))
     kv_full_length: Optional[float] = None
     request_cap: Optional[int] = None
     new_token_ratio: Optional[float] = None

@@ -1,12 +1,14 @@
 """The knee we can predict before any load, from what the server says about itself.
 
 Two ceilings bound how many requests can run at once:
-- the KV pool, as SGLang admits: a new request needs its prompt plus a reserve for the tokens it
-  has still to generate, osl x new_token_ratio (the scheduler's estimate, exported as
-  sglang:new_token_ratio), and every running request keeps its own reserve. A wave of equal
-  requests therefore fits floor(pool / (isl + osl x ratio)) at once. Measured on a real SGLang
-  0.5.10 (8,192-token pool, 1,024 in / 256 out, ratio 0.7): 6 run, the 7th queues, while
-  pool / (isl + osl) would say 6.4 and pool / isl 8;
+- the KV pool, as SGLang's PrefillAdder admits: a new request needs its prompt and all of its
+  output (max_new_tokens) free, beside the room every running request keeps for the output it may
+  still write: osl x new_token_ratio of it (the scheduler's estimate, exported as
+  sglang:new_token_ratio), or all of it on 0.5.23 for requests that ignore EOS (they cannot end
+  early; specmon's own load sets ignore_eos). The k-th of a wave of equal requests fits when
+  (k - 1) x (isl + osl x ratio) + isl + osl <= pool. Measured on real servers: 0.5.10 (8,192-token
+  pool, 1,024 in / 256 out, ratio 0.7) ran 6 and queued the 7th; 0.5.23 with a 1,024-token pool
+  and 128 in / 48 out ran 5 (1,024 / 176 = 5.8);
 - the request cap (the effective max running requests).
 The predicted knee is the lower of the two; the detail shows both pool figures and why they differ.
 
@@ -44,14 +46,23 @@ def starting_new_token_ratio(info: ArmInfo) -> tuple[float, str]:
 
 
 def admitted_at_once(pool: int, isl: int, osl: int, ratio: float) -> int:
-    """Equal requests SGLang admits together: each needs isl + osl x ratio free tokens."""
-    return int(math.floor(pool / (isl + osl * ratio) + 1e-9))
+    """Equal requests SGLang admits together: the newest needs isl + osl free, each one before
+    it keeps isl + osl x ratio (ratio 1.0: all of its output)."""
+    if pool < isl + osl:
+        return 0
+    return 1 + int(math.floor((pool - isl - osl) / (isl + osl * ratio) + 1e-9))
 
 
-def predict_knee(info: ArmInfo, isl: int, osl: int,
-                 new_token_ratio: Optional[float] = None) -> Optional[PredictedKnee]:
+def keeps_whole_output(info: ArmInfo, ignore_eos: bool) -> bool:
+    """0.5.23 keeps room for all of a running request's output when it ignores EOS."""
+    return ignore_eos and names.release_of(info.version) != names.RELEASES[0]
+
+
+def predict_knee(info: ArmInfo, isl: int, osl: int, new_token_ratio: Optional[float] = None,
+                 ignore_eos: bool = False) -> Optional[PredictedKnee]:
     """The one predicted knee (live call, session.json, replay and the knees summary all use it);
-    None when neither the pool nor the cap is known."""
+    None when neither the pool nor the cap is known. ignore_eos: the requests ignore EOS (a ramp's
+    own load)."""
     pool = info.kv_capacity_tokens
     cap = info.max_running_requests
     if pool is None and cap is None:
@@ -67,12 +78,18 @@ def predict_knee(info: ArmInfo, isl: int, osl: int,
             ratio, how = starting_new_token_ratio(info)
             said, whence = "new_token_ratio assumed", f"; the ratio assumed is {how}"
         k.new_token_ratio = ratio
-        k.kv_admitted = admitted_at_once(pool, isl, osl, ratio)
         k.kv_full_length = round(pool / per_req, 2)
-        parts.append(f"KV pool {pool:,} tok / ({isl} + {osl} x {said} {ratio:.2f}) = "
-                     f"{pool / (isl + osl * ratio):.1f} -> {k.kv_admitted} admitted at once "
-                     f"(SGLang reserves decode room when it admits; "
-                     f"pool / ({isl}+{osl}) at full length would say {pool / per_req:.1f}){whence}")
+        if keeps_whole_output(info, ignore_eos):
+            k.kv_admitted = admitted_at_once(pool, isl, osl, 1.0)
+            parts.append(f"KV pool {pool:,} tok / ({isl}+{osl}) = {pool / per_req:.1f} -> {k.kv_admitted} admitted "
+                         f"at once (SGLang {names.release_of(info.version)} keeps room for all of the output of "
+                         f"a running request that ignores EOS, as the ramp's do)")
+        else:
+            k.kv_admitted = admitted_at_once(pool, isl, osl, ratio)
+            parts.append(f"KV pool {pool:,} tok / ({isl} + {osl} x {said} {ratio:.2f}) = "
+                         f"{pool / (isl + osl * ratio):.1f} -> {k.kv_admitted} admitted at once "
+                         f"(SGLang keeps decode room for its running requests and the whole output free "
+                         f"for the next; pool / ({isl}+{osl}) at full length would say {pool / per_req:.1f}){whence}")
     else:
         parts.append("KV pool size unknown")
     parts.append(f"request cap {cap}" if cap is not None else "request cap unknown")

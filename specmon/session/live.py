@@ -625,7 +625,8 @@ class LiveSession:
                     info = dataclasses.replace(info, startup_s=phases)
             emit(ArmInfoUpdated(arm=name, info=info, source=c.mode))
             if name not in self._predicted:
-                knee = predict_knee(c.info, self.isl, self.osl, c.last_new_token_ratio)
+                knee = predict_knee(c.info, self.isl, self.osl, c.last_new_token_ratio,
+                                    ignore_eos=self.ramp is not None)  # the ramp's requests ignore EOS
                 if knee is not None:
                     self._predicted[name] = knee
                     emit(predicted_knee_event(name, knee))

@@ -128,7 +128,7 @@ JSON = st.recursive(
                          "metadata", "dp_size", "bootstrap_port", "healthy_workers", "total_workers", "reason",
                          "gen_throughput", "num_waiting_reqs", "x"]), kids, max_size=6),
     max_leaves=30)
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ

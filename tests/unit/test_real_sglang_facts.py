@@ -45,7 +45,21 @@ def test_predicted_knee_is_what_sglang_admits():
     assert predict_knee(ArmInfo(kv_capacity_tokens=8192, max_running_requests=4), 1024, 256, 0.7).concurrency == 4
 
 
-@pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10)])
+@pytest.mark.parametrize("version, ignore_eos, n", [("0.5.23", True, 5), ("0.5.10.post1", True, 6), ("0.5.23", False, 6)])
+def test_predicted_knee_keeps_the_whole_output_of_0523s_ignore_eos_requests(version, ignore_eos, n):
+    # A 1,024-token pool and requests of 128 in / 48 out that ignore EOS (the ramp's): the real
+    # 0.5.23 ran 5 (each running request keeps room for all of its output: 1,024 / 176 = 5.8);
+    # 0.5.10 keeps new_token_ratio of it, and so does 0.5.23 for requests that may stop early
+    # (128 + 48 for the newest, 128 + 48 x 0.7 for each before it: 6)
+    info = ArmInfo(version=version, kv_capacity_tokens=1024, max_running_requests=320)
+    k = predict_knee(info, 128, 48, new_token_ratio=0.7, ignore_eos=ignore_eos)
+    assert k.concurrency == n and k.kv_admitted == n and k.bound_by == "KV pool"
+    assert ("all of the output" in k.detail) == (n == 5), k.detail
+
+
+@pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10),
+                                                      (175000, 8800, 1024, 1.0, 17), (1024, 128, 48, 1.0, 5),
+                                                      (1000, 800, 201, 0.7, 0)])
 def test_admission_bound_examples(pool, isl, osl, ratio, n):
     assert admitted_at_once(pool, isl, osl, ratio) == n
 

@@ -152,7 +152,8 @@ async def test_the_newest_level_is_in_every_view(name, size):
     async with app.run_test(size=size) as pilot:
         await wait_replay_end(pilot, timeout=12.0, every=0.02)
         await pilot.pause(0.1)
-        for view in ("arms", "r", "r again"):
+        # r again (from the arms, where the table is cut to its tail) at 80x24, where it raced
+        for view in ("arms", "r", "r again") if size == (80, 24) else ("arms", "r"):
             if view == "r again":  # back to the arms (the table cut to its tail) and into r again
                 await pilot.press("r", "r")
                 view = "r"

@@ -22,7 +22,7 @@ POOL, PROMPT, OUTPUT, SENT = 1024, 128, 48, 8
 def _most_running(version: str) -> int:
     rng = random.Random(7)
     with start_sim("--enable-metrics", "--profile", "fp8-nospec", "--max-total-tokens", str(POOL),
-                   "--sglang-version", version, "--startup-s", "0", speed=2.0) as sim:
+                   "--sglang-version", version, "--startup-s", "0", speed=0.5) as sim:
         def one() -> None:
             ids = [rng.randrange(1000, 30000) for _ in range(PROMPT)]  # no shared prefix
             httpx.post(sim.url + "/generate", json={"input_ids": ids, "sampling_params": {
