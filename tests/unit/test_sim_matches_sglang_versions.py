@@ -123,7 +123,7 @@ def observed(request):
     real = DATA / VERSIONS[version]
     # A pool of 8,192 tokens as the recordings had, so requests of 1,000 tokens queue as there.
     with start_sim("--sglang-version", version, "--enable-metrics", "--profile", "fp8-nospec",
-                   "--max-total-tokens", "8192", "--decode-log-interval", "10", speed=8) as sim:
+                   "--max-total-tokens", "8192", "--decode-log-interval", "10", speed=16) as sim:
         got = {"generate": _generate(sim.url, 80, 32, False), "stream": _generate(sim.url, 80, 32, True)}
         threads = [threading.Thread(target=_generate, args=(sim.url, 1000, 300, True)) for _ in range(10)]
         for t in threads:

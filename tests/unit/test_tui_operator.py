@@ -189,8 +189,8 @@ async def test_r_keeps_the_newest_level_in_view_until_scrolled_up():
     from specmon.model import LevelFinished, LevelResult, LevelStarted
     from specmon.tui.widgets.ramp import LevelScroll
 
-    app = _app("session_demo_2arm")
-    last, rows = _newest("session_demo_2arm")
+    app = _app("session_sim_3arm")  # 4 levels of 3 arms: more than r's box holds at 80x24
+    last, rows = _newest("session_sim_3arm")
     arms = [r["arm"] for r in rows]
 
     def level(n: int, c: int) -> None:
