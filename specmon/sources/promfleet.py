@@ -1088,7 +1088,9 @@ class PrometheusHistory:
                     yield ts, self.view.read(by_step.get(k, {}), ts)
                 i = j
         finally:
-            if pending is not None and not pending.done():
+            # left early (or failed): the chunk asked ahead is cancelled, and its outcome taken
+            # even when it had already failed (an exception never retrieved is logged at exit)
+            if pending is not None:
                 pending.cancel()
                 with suppress(asyncio.CancelledError, PromQueryError):
                     await pending

@@ -259,9 +259,9 @@ class LevelScroll(VerticalScroll):
 
     It follows when the layout gives it a new size (Resize) or the table a new height (its
     virtual size), the figures the scroll depends on. A scroll_end queued after r's refresh raced
-    that relayout when r switched views, and now and then
-    left the view at the table's top. (Textual's own anchor() bottom-aligns a table shorter than
-    its box, leaving blank rows over it.)"""
+    that relayout when r switched views, and now and then left the view at the table's top.
+    (Textual's own anchor() bottom-aligns a table shorter than its box, leaving blank rows over
+    it.)"""
 
     following = True
 
@@ -320,7 +320,7 @@ class RampPane(Vertical):
             self.border_title = title
 
     def redraw(self) -> None:
-        # a new level's rows: the table's new height reaches LevelScroll as a Resize
+        # a new level's rows: the table's new height reaches LevelScroll (watch_virtual_size)
         for w in self.query(StyledWidget):
             w.refresh(layout=isinstance(w, (LevelTable, LevelTableHeader)))
 
