@@ -734,7 +734,14 @@ class KneeCalled(Event):
 
 @dataclass
 class RampFinished(Event):
-    reason: str  # "done" | "cancelled" | "error: ..."
+    reason: str  # "done" | "cancelled" | "stopped: ..." | "error: ..."
+    # What keeps the ramp from standing as a measurement; the exit code is read from these.
+    # arm -> the 401/403 its server answered (bad credentials are bad input: exit 2).
+    denied: dict[str, str] = field(default_factory=dict)
+    # arm -> how its server was still gone when the ramp ended (exit 3).
+    gone: dict[str, str] = field(default_factory=dict)
+    # Requests went out and not one succeeded: why, arm by arm (exit 3); None otherwise.
+    never_succeeded: Optional[str] = None
 
 
 @dataclass
@@ -743,8 +750,27 @@ class Marker(Event):
 
 
 @dataclass
+class NoAnswer:
+    """An arm whose server did not answer one scrape in the whole session."""
+
+    arm: str
+    url: str  # as shown: credentials left out
+    reason: str  # the last scrape's failure
+
+
+# What ended a session (SessionEnded.cause). A signal exits as the shell reports a process the
+# signal ended (128 + N); the others are an ordinary end, or an error the caller reports.
+END_CAUSES = ("ramp ended", "stopped", "duration", "interrupted", "terminated", "hangup",
+              "recording failed", "error", "cancelled")
+
+
+@dataclass
 class SessionEnded(Event):
-    reason: str
+    reason: str  # as the operator reads it
+    cause: str = "stopped"  # one of END_CAUSES; folders written before it read "stopped"
+    # Every arm whose server never answered a scrape (all of them: the session measured nothing).
+    never_answered: list[NoAnswer] = field(default_factory=list)
+
 
 @dataclass
 class SessionStarted(Event):

@@ -4,9 +4,10 @@
   environment variable), checked before anything starts;
 - the consent a ramp needs before it sends load to another machine (`require_loopback_or_yes`);
 - the workload, read before any server starts or any request is sent (`load_workload`);
-- running a session through the TUI or headless, and exit 3 when no server ever answered
-  (`run_front_end`, `require_an_answer`), alike for attach, ramp, launch, demo and replay; after
-  a ramp also exit 2 when a server refused the credentials (401/403) and exit 3 when a server
+- running a session through the TUI or headless (`run_front_end`), and its exit code read from
+  its own end events (`SessionOutcome`: SessionEnded's cause, RampFinished's denied and gone):
+  128 + N after a signal, 1 when its folder took no more rows, 3 when no server ever answered;
+  after a ramp also 2 when a server refused the credentials (401/403) and 3 when a server
   stopped answering and was still gone at the end of the ramp;
 - running a layout: launch its servers, ramp them, watch, stop them (`run_layout`);
 - the Prometheus exporter `--metrics-port` asks for, listening before anything else starts
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from specmon.errors import ServerError, UsageError
-from specmon.model import ArmSpec
+from specmon.model import ArmSpec, Event, RampFinished, SessionEnded
 from specmon.session.folder import public_url
 from specmon.session.source import SessionSource
 from specmon.urls import is_loopback, normalize_url
@@ -272,9 +273,7 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
     if not headless:
         from specmon.tui.app import run_tui  # lazy: the data core never imports Textual
 
-        reason = run_tui(live, title=title)
-        _exit_if_recording_failed(reason)
-        return reason
+        return run_tui(live, title=title)
     from specmon.headless import run_headless
 
     reason = run_headless(live, duration_s)
@@ -283,7 +282,6 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
         from specmon.analysis.table import format_level_table
 
         print(format_level_table(results))
-    _exit_if_recording_failed(reason)
     return reason
 
 
@@ -293,36 +291,62 @@ def run_front_end(live: SessionSource, *, headless: bool, title: str, duration_s
 SIGNAL_EXIT = {"interrupted": 130, "terminated": 143, "hangup": 129}
 
 
-def exit_code(reason: object) -> int:
-    """The exit code of a session that ended for `reason` (run_front_end's) without an error."""
+def signal_exit(reason: object) -> int:
+    """A replay's exit code: 128 + N when a signal ended it (its stream's SessionEnded is the
+    recorded session's, not the replay's own end), else 0."""
     return SIGNAL_EXIT.get(reason, 0) if isinstance(reason, str) else 0
 
 
-def _exit_if_recording_failed(reason: object) -> None:
-    """A session stopped because its folder took no more rows: one line, exit 1."""
-    if isinstance(reason, str) and reason.startswith("recording failed"):
-        print(f"specmon: error: {reason}", file=sys.stderr)
-        raise SystemExit(1)
+class SessionOutcome:
+    """How a live session ended, read from its own event stream (one more consumer): the ramp's
+    RampFinished and the session's SessionEnded. Exit codes are decided from these events alone."""
 
+    def __init__(self) -> None:
+        self.ramp: Optional[RampFinished] = None
+        self.ended: Optional[SessionEnded] = None
 
-def require_an_answer(live: "LiveSession", arms: Sequence[ArmSpec]) -> None:
-    """Exit code 3 when not one server answered during the whole session, naming each and why.
-    With a ramp: exit 2 when a server answered 401/403 (bad or missing credentials are bad
-    input), else exit 3 when a server was gone at the end of the ramp (RampDriver.denied, .gone)
-    or when requests were sent and not one succeeded (RampDriver.never_succeeded)."""
-    ramp = live.ramp
-    if ramp is not None and ramp.denied:
-        raise UsageError("; ".join(f"{name}: {why}" for name, why in ramp.denied.items()))
-    never = live.never_answered()
-    if never and len(never) == len(arms):
-        names = "; ".join(f"{spec.name} ({public_url(spec.url)}): {reason}" for spec, reason in never)
-        raise ServerError(f"no server answered: {names}")
-    if ramp is not None and ramp.gone:
-        raise ServerError("; ".join(f"{name}: {why}" for name, why in ramp.gone.items())
-                          + " (still gone when the ramp ended)")
-    nothing = ramp.never_succeeded() if ramp is not None else None
-    if nothing is not None:  # the server was reached but served nothing: exit 3, not a measurement
-        raise ServerError(nothing)
+    @classmethod
+    def of(cls, live: "LiveSession") -> "SessionOutcome":
+        """An outcome that `live` sends its events to (called before the session runs)."""
+        outcome = cls()
+        live.consumers.append(outcome)
+        return outcome
+
+    def __call__(self, e: Event) -> None:
+        if type(e) is RampFinished:
+            self.ramp = e
+        elif type(e) is SessionEnded:
+            self.ended = e
+
+    @property
+    def cause(self) -> Optional[str]:
+        return self.ended.cause if self.ended is not None else None
+
+    def exit_code(self) -> int:
+        """0, or 128 + N when a signal ended the session; exit 1 (one line on stderr) when its
+        folder took no more rows."""
+        if self.cause == "recording failed":
+            print(f"specmon: error: {self.ended.reason}", file=sys.stderr)
+            raise SystemExit(1)
+        return SIGNAL_EXIT.get(self.cause or "", 0)
+
+    def require_an_answer(self, arms: Sequence[ArmSpec]) -> None:
+        """Exit 3 when not one server answered during the whole session, naming each and why.
+        After a ramp: exit 2 when a server answered 401/403 (bad or missing credentials are bad
+        input), else exit 3 when a server was gone at the end of the ramp or when requests were
+        sent and not one succeeded."""
+        ramp = self.ramp
+        if ramp is not None and ramp.denied:
+            raise UsageError("; ".join(f"{name}: {why}" for name, why in ramp.denied.items()))
+        never = self.ended.never_answered if self.ended is not None else []
+        if never and len(never) == len(arms):
+            names = "; ".join(f"{n.arm} ({n.url}): {n.reason}" for n in never)
+            raise ServerError(f"no server answered: {names}")
+        if ramp is not None and ramp.gone:
+            raise ServerError("; ".join(f"{name}: {why}" for name, why in ramp.gone.items())
+                              + " (still gone when the ramp ended)")
+        if ramp is not None and ramp.never_succeeded is not None:
+            raise ServerError(ramp.never_succeeded)  # the server was reached but served nothing
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,17 +402,19 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
         ramp=ramp, supervisor=supervisor, gpu_indices=supervisor.gpu_indices(), mode="launch", launch=context,
         panes=layout.panes, consumers=consumers, fleets=fleets,
     )
+    outcome = SessionOutcome.of(live)
     reason = run_front_end(live, headless=headless, ramp=ramp, title=title)
+    code = outcome.exit_code()
     failed = supervisor.failed()
     for name, cause in failed.items():
         print(f"specmon: arm {name!r} failed: {cause} (log: {supervisor.log_dir / (name + '.log')})", file=sys.stderr)
     if (supervisor.launched and len([n for n in failed if n in supervisor.launched]) == len(supervisor.launched)
             and not layout.attached_specs()):
         raise ServerError("every launched server failed: " + "; ".join(f"{n}: {c}" for n, c in failed.items()))
-    if isinstance(reason, str) and reason.startswith("error"):
+    if outcome.cause == "error":
         print(f"specmon: {reason}", file=sys.stderr)
         return 1
-    return exit_code(reason)
+    return code
 
 
 SECRET_KEYS = ("api_key", "admin_api_key", "api-key", "admin-api-key")

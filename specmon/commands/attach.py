@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from specmon.session.segments import Rotation
 
 from specmon.wiring import (
-    arms_from_args, exit_code, gateway_fleets, gateway_key_var, prometheus_fleets, require_an_answer, run_front_end,
+    arms_from_args, SessionOutcome, gateway_fleets, gateway_key_var, prometheus_fleets, run_front_end,
     start_metrics,
 )
 
@@ -57,6 +57,8 @@ def run(args) -> int:
                        request_metrics=request_metrics, rotation=rotation(args.rotate, args.retain))
     title = "specmon attach " + " ".join([a.url for a in arms] + [f.url for f in gateways]
                                          + [f"--prometheus {f.url}" for f in prometheus])
-    reason = run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)
-    require_an_answer(live, arms)
-    return exit_code(reason)  # 130/143 when a signal ended it
+    outcome = SessionOutcome.of(live)  # the exit code comes from the session's end events
+    run_front_end(live, headless=args.headless, duration_s=args.duration, title=title)
+    code = outcome.exit_code()  # 130/143 when a signal ended it; exit 1 when recording failed
+    outcome.require_an_answer(arms)
+    return code

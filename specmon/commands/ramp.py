@@ -28,7 +28,7 @@ from specmon.errors import UsageError
 from specmon.model import RampPlan
 from specmon.plan import build_plan
 from specmon.wiring import (
-    arms_from_args, exit_code, gateway_fleets, gateway_key_var, load_workload, ramp_driver, require_an_answer,
+    arms_from_args, SessionOutcome, gateway_fleets, gateway_key_var, load_workload, ramp_driver,
     require_loopback_or_yes,
     run_front_end, start_metrics,
 )
@@ -120,6 +120,8 @@ def run(args) -> int:
     live = LiveSession(watched, interval=args.interval, out_dir=Path(args.out) if args.out else None,
                        isl=plan.input_len, osl=plan.output_len, ramp=ramp, mode="ramp", consumers=consumers,
                        fleets=fleets)
-    reason = run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
-    require_an_answer(live, watched)
-    return exit_code(reason)  # 130/143 when a signal ended it
+    outcome = SessionOutcome.of(live)  # the exit code comes from the session's end events
+    run_front_end(live, headless=args.headless, ramp=ramp, title="specmon ramp " + " ".join(a.url for a in arms))
+    code = outcome.exit_code()  # 130/143 when a signal ended it; exit 1 when recording failed
+    outcome.require_an_answer(watched)
+    return code

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specmon.errors import ServerError, UsageError
 from specmon.session.replay import ReplaySource
-from specmon.wiring import exit_code, run_front_end
+from specmon.wiring import run_front_end, signal_exit
 
 
 def run(args) -> int:
@@ -35,7 +35,7 @@ def run(args) -> int:
             return 0
     source = ReplaySource(folder, speed=args.speed)
     title = f"replay {folder.resolve().name}"
-    return exit_code(run_front_end(source, headless=args.headless, title=title))  # 130/143: a signal
+    return signal_exit(run_front_end(source, headless=args.headless, title=title))  # 130/143: a signal
 
 
 def _history(args) -> Path:

@@ -34,11 +34,11 @@ from specmon.analysis.observed import ObservedCurves
 from specmon.analysis.predict import predict_knee, predicted_knee_event
 from specmon.model import (
     ArmInfo, ArmInfoUpdated, ArmSpec, FleetChanged, FleetReading, FleetStatus, GpuSnapshot, HostReading,
-    LaunchContext, Marker, ObservedKneesUpdated, ObservedRequestsRead, PredictedKnee, Sample, SamplesTick, SessionEnded,
-    SessionStarted,
+    LaunchContext, Marker, NoAnswer, ObservedKneesUpdated, ObservedRequestsRead, PredictedKnee, Sample, SamplesTick,
+    SessionEnded, SessionStarted,
 )
 from specmon.session import codec
-from specmon.session.folder import SessionWriter, default_out_dir
+from specmon.session.folder import SessionWriter, default_out_dir, public_url
 from specmon.session.source import Emit, FleetSource, Supervision, fan_out
 from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
@@ -76,6 +76,24 @@ FLEET_EVERY_TICK = 8
 # (an ObservedKneesUpdated: session.json keeps the newest, so a killed session keeps it too) and
 # once more at the end.
 OBSERVED_EVERY_S = 5.0
+
+
+
+# A front end stops a session for a signal's name or "duration reached" (LiveSession.stop_reason);
+# the session itself ends as "ramp <how>", "recording failed: ...", "cancelled" or "error: ...".
+_SIGNALLED = ("interrupted", "terminated", "hangup")
+
+
+def end_cause(reason: str) -> str:
+    """SessionEnded.cause (one of model.END_CAUSES) for the reason this module ended a session with."""
+    if reason in _SIGNALLED or reason == "cancelled":
+        return reason
+    if reason == "duration reached":
+        return "duration"
+    for prefix, cause in (("ramp ", "ramp ended"), ("recording failed", "recording failed"), ("error", "error")):
+        if reason.startswith(prefix):
+            return cause
+    return "stopped"
 
 
 class LiveSession:
@@ -249,9 +267,10 @@ class LiveSession:
     def predicted(self, arm: str) -> Optional[PredictedKnee]:
         return self._predicted.get(arm)
 
-    def never_answered(self) -> list[tuple[ArmSpec, str]]:
+    def _never_answered(self) -> list[NoAnswer]:
         """The arms whose server never answered a scrape, each with the last reason."""
-        return [(c.spec, c.last_reason or c.last_state) for c in self._collectors.values() if not c.ever_up]
+        return [NoAnswer(arm=c.spec.name, url=public_url(c.spec.url), reason=c.last_reason or c.last_state)
+                for c in self._collectors.values() if not c.ever_up]
 
     async def between_levels(self, level_index: int, restart: bool) -> None:
         if self.supervisor is not None and restart:
@@ -333,7 +352,7 @@ class LiveSession:
             except Exception:
                 pass
             try:
-                emit(SessionEnded(reason=reason))
+                emit(SessionEnded(reason=reason, cause=end_cause(reason), never_answered=self._never_answered()))
             except Exception:
                 pass
         return reason

@@ -370,7 +370,7 @@ class RampDriver:
     def paused(self) -> bool:
         return self._paused.is_set()
 
-    def never_succeeded(self) -> Optional[str]:
+    def _never_succeeded(self) -> Optional[str]:
         """Why the ramp measured nothing, when requests were sent and not one succeeded on any
         arm (a server that fails every request): one text naming each arm's answers; None when
         one succeeded, or none was sent (a ramp stopped before its first request ended)."""
@@ -418,12 +418,10 @@ class RampDriver:
                         await self._flush(clients, live)
                 i += 1
         except asyncio.CancelledError:
-            reason = "cancelled"
-            emit(RampFinished(reason=reason))
+            emit(self._end_event("cancelled"))
             raise
         except Exception as e:
-            reason = f"error: {type(e).__name__}: {e}"
-            emit(RampFinished(reason=reason))
+            emit(self._end_event(f"error: {type(e).__name__}: {e}"))
             raise
         finally:
             live.set_level(None, None)
@@ -433,8 +431,13 @@ class RampDriver:
                 except Exception:
                     pass
             load.stop()
-        emit(RampFinished(reason=reason))
+        emit(self._end_event(reason))
         return reason
+
+    def _end_event(self, reason: str) -> RampFinished:
+        """The ramp's last event: how it ended, and what keeps it from standing as a measurement."""
+        return RampFinished(reason=reason, denied=dict(self.denied), gone=dict(self.gone),
+                            never_succeeded=self._never_succeeded())
 
     async def _flush(self, clients: dict[str, GenerateClient], live: RampHost) -> None:
         """POST /flush_cache to every arm that still gets requests (--flush-cache)."""

@@ -440,7 +440,7 @@ class SpecmonApp(App[str]):
                         title="quit?", severity="warning", timeout=CONFIRM_S)
             return
         self._interrupt_at = None
-        # ended by Ctrl-C: exit 130 as headless Ctrl-C (SIGINT) does (wiring.exit_code); q is 0
+        # ended by Ctrl-C: exit 130 as headless Ctrl-C (SIGINT) does (wiring.SIGNAL_EXIT); q is 0
         if self.live.stop_reason is None:
             self.live.stop_reason = "interrupted"
         self.exit_reason = self.exit_reason or "interrupted"
