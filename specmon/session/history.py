@@ -1,6 +1,6 @@
 """A past window of a Prometheus fleet made into a session folder (`specmon replay --prometheus`).
 
-The readings of sources/promfleet.py's PrometheusHistory (one per step, the same FleetView.read a
+The readings of PrometheusHistory (sources/promfleet/history.py) (one per step, the same FleetView.read a
 live poll makes) become the events a live session of that window would have emitted:
 SessionStarted (mode "history"), a Marker naming where the window came from, FleetChanged when
 workers appear or leave, a SamplesTick per step (a Sample per worker, the fleet's status), and

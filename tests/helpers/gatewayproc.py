@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from helpers.simproc import REPO, LoggedProcess, free_port, stop_process
-from specmon.servers.launch import _pdeathsig_preexec
+from specmon.servers.launch.processes import _pdeathsig_preexec
 
 SMG = shutil.which("smg") or str(Path(os.sys.executable).parent / "smg")
 
