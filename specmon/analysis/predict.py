@@ -71,20 +71,23 @@ def predict_knee(info: ArmInfo, isl: int, osl: int, new_token_ratio: Optional[fl
     parts = []
     k = PredictedKnee(concurrency=None, request_cap=cap, isl=isl, osl=osl)
     if pool and per_req > 0:
-        ratio = new_token_ratio if new_token_ratio is not None and 0 < new_token_ratio <= 1 else None
-        k.ratio_assumed = ratio is None
-        said, whence = "new_token_ratio", ""
-        if ratio is None:
-            ratio, how = starting_new_token_ratio(info)
-            said, whence = "new_token_ratio assumed", f"; the ratio assumed is {how}"
-        k.new_token_ratio = ratio
         k.kv_full_length = round(pool / per_req, 2)
         if keeps_whole_output(info, ignore_eos):
+            # The server's ratio does not enter the figure: each running request keeps all of
+            # its output, so the ratio recorded is the one used, 1.0.
+            k.new_token_ratio = 1.0
             k.kv_admitted = admitted_at_once(pool, isl, osl, 1.0)
             parts.append(f"KV pool {pool:,} tok / ({isl}+{osl}) = {pool / per_req:.1f} -> {k.kv_admitted} admitted "
                          f"at once (SGLang {names.release_of(info.version)} keeps room for all of the output of "
                          f"a running request that ignores EOS, as the ramp's do)")
         else:
+            ratio = new_token_ratio if new_token_ratio is not None and 0 < new_token_ratio <= 1 else None
+            k.ratio_assumed = ratio is None
+            said, whence = "new_token_ratio", ""
+            if ratio is None:
+                ratio, how = starting_new_token_ratio(info)
+                said, whence = "new_token_ratio assumed", f"; the ratio assumed is {how}"
+            k.new_token_ratio = ratio
             k.kv_admitted = admitted_at_once(pool, isl, osl, ratio)
             parts.append(f"KV pool {pool:,} tok / ({isl} + {osl} x {said} {ratio:.2f}) = "
                          f"{pool / (isl + osl * ratio):.1f} -> {k.kv_admitted} admitted at once "

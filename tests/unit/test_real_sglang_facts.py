@@ -55,6 +55,7 @@ def test_predicted_knee_keeps_the_whole_output_of_0523s_ignore_eos_requests(vers
     k = predict_knee(info, 128, 48, new_token_ratio=0.7, ignore_eos=ignore_eos)
     assert k.concurrency == n and k.kv_admitted == n and k.bound_by == "KV pool"
     assert ("all of the output" in k.detail) == (n == 5), k.detail
+    assert k.new_token_ratio == (1.0 if n == 5 else 0.7) and not k.ratio_assumed  # the ratio the figure used
 
 
 @pytest.mark.parametrize("pool, isl, osl, ratio, n", [(175000, 8800, 1024, 0.7, 18), (20000, 1800, 200, 0.7, 10),
