@@ -16,7 +16,7 @@ from specmon.analysis.stats import mean
 from specmon.errors import UsageError
 from specmon.model import LevelResult, PredictedKnee, SearchSummary
 from specmon.session.folder import SessionMeta
-from specmon.session.replay import RecordedSession, load_session
+from specmon.session.recorded import RecordedSession, load_session
 
 CSV_FILES = ("samples.csv", "levels.csv", "requests.csv")
 

@@ -14,7 +14,8 @@ from helpers.simproc import REPO, start_sim
 from specmon.model import SamplesTick
 from specmon.session import segments
 from specmon.session.folder import EVENTS_FILE
-from specmon.session.replay import ReplaySource, load_session, read_event_log
+from specmon.session.recorded import load_session
+from specmon.session.replay import ReplaySource, read_event_log
 
 
 def _attach(*args: str) -> subprocess.Popen:

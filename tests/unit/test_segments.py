@@ -15,7 +15,8 @@ import pytest
 from specmon.model import ArmInfoUpdated, SamplesTick, SessionStarted
 from specmon.session import segments
 from specmon.session.folder import EVENTS_FILE, SessionWriter
-from specmon.session.replay import ReplaySource, load_session, read_event_log
+from specmon.session.recorded import load_session
+from specmon.session.replay import ReplaySource, read_event_log
 from specmon.session.segments import Rotation, parse_age_or_size, retain
 
 DATA = Path(__file__).resolve().parent.parent / "data"
