@@ -128,7 +128,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
     GET /workers answers a worker registry): its workers are watched, not the gateway. A URL
     that answers as neither is exit 2, in one line (strict=False: it stays an arm); one that does not answer stays an arm (the session retries
     it). discover=False (--no-discover): every URL is a server, as it was. GETs only
-    (sources/gateway.py probe)."""
+    (sources/gateway/probe.py)."""
     if not discover:
         if metrics_url is not None:
             raise UsageError("--gateway-metrics: not with --no-discover (no gateway is looked for)")
