@@ -9,7 +9,7 @@ to its end was in flight when the kill came, so the rows lost must be at most th
 flight: C of the level that was running (read from the folder's last LevelStarted event).
 
 A row is written by the session's loop, which a request's end reaches within milliseconds
-(session/ramp.py); while that loop is busy (a /metrics parse takes 10-40 ms on a loaded 2-core
+(session/ramp/sending.py); while that loop is busy (a /metrics parse takes 10-40 ms on a loaded 2-core
 box) the requests that end wait for it. So the bound holds while a request lasts longer than
 those pauses: the default (--speed 10, --output-len 128) gives ~0.2 s per request; at
 --speed 50 --output-len 16 (~10 ms per request, ~400 finishing a second) a trial can lose a few

@@ -2,7 +2,7 @@
 
 The trace is one open-loop level of the ramp: each request goes out at its recorded arrival
 (seconds of the arm's time from the level's start, divided by --trace-speed), with its recorded
-prompt and output length, whatever is in flight (session/ramp.py sends it; levels.csv gets one
+prompt and output length, whatever is in flight (session/ramp/open_loop.py sends it; levels.csv gets one
 row per arm whose offered_rate is the trace's mean arrival rate). Formats (docs/workloads.md):
 
 - specmon JSONL, one object per line: `t` (arrival, seconds from the start) or `timestamp`

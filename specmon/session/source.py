@@ -3,7 +3,7 @@ provides, and how one event reaches every consumer.
 
 - `SessionSource`: what the TUI and the headless printer run. `LiveSession` (live.py) and
   `ReplaySource` (replay.py) implement it; a front end never probes for attributes.
-- `RampHost`: the narrow view of the live session the ramp (ramp.py) works through.
+- `RampHost`: the narrow view of the live session the ramp (ramp/driver.py) works through.
 - `Supervision`: what launch mode plugs into the live session (servers/launch/supervisor.py Supervisor).
 - `FleetSource`: where a fleet's workers come from (a gateway, a Prometheus server).
 - `fan_out`: one `emit` that calls each consumer in turn (the session folder's writer first,
@@ -113,7 +113,7 @@ class RampHost(Protocol):
 
 
 class FleetSource(Protocol):
-    """Where a fleet's workers come from: a gateway's registry (sources/gateway.py) or the series
+    """Where a fleet's workers come from: a gateway's registry (sources/gateway/) or the series
     of a Prometheus server (sources/promfleet/). Polled once a tick, read-only."""
 
     name: str
