@@ -75,7 +75,8 @@ PEERS = {"aiperf": ["aiperf==0.13.0"], "guidellm": ["guidellm==0.8.1"]}
 SGLANG_PIN = "sglang==0.5.10.post1"
 # What sglang.bench_serving imports beyond sglang itself (for a venv built without sglang's deps).
 BENCH_SERVING_DEPS = ["aiohttp", "numpy", "requests", "tqdm", "transformers", "pillow", "pybase64", "datasets"]
-TOOLS = ("specmon", "aiperf", "guidellm", "bench_serving")
+# specmon-py: specmon with SPECMON_NATIVE=0 (the Python reader and pacer, as where no C compiler was)
+TOOLS = ("specmon", "specmon-py", "aiperf", "guidellm", "bench_serving")
 # Where any hub lookup a peer attempts goes: a closed port on loopback, so it fails at once.
 NO_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1",
           "AIPERF_TELEMETRY": "0", "GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL": "WARNING"}
@@ -256,11 +257,12 @@ def arrival(w: dict) -> float:
 # the clients
 
 
-def run_specmon(url: str, c: int, n: int, a, work: Path, wire_log: Path) -> tuple[ClientRun, TreeCpu]:
+def run_specmon(url: str, c: int, n: int, a, work: Path, wire_log: Path,
+                native: bool = True) -> tuple[ClientRun, TreeCpu]:
     out = work / "specmon.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_specmon", url, str(c), str(n), str(a.input_len),
            str(a.output_len), str(out)]
-    cpu = run_tree(cmd, work / "specmon.log")
+    cpu = run_tree(cmd, work / "specmon.log", env=None if native else {"SPECMON_NATIVE": "0"})
     got = json.loads(out.read_text())
     wire = {w["rid"]: w for w in load_wire(wire_log)}
     ttft, itl, rids, lag, send, wait, fw = [], [], [], [], [], [], []
@@ -488,23 +490,28 @@ def medians(rows: list[Row]) -> list[Row]:
 
 
 def print_targets(rows: list[Row]) -> None:
-    """specmon against the issue's targets, from the rows of this run."""
-    mine = {r.c: r for r in rows if r.tool == "specmon"}
-    if not mine:
-        return
-    top = max(mine)
-    r = mine[top]
-    worst = max(abs(x - 1) for x in (r.itl_mean, r.tok_s or 1.0))
-    print(f"targets at C={top}: ITL and tok/s within 0.5 % of the wire: worst {worst:.2%} "
-          f"({'met' if worst <= 0.005 else 'not met'}); TTFT mean {r.ttft_mean:.4f} of the wire "
-          "(the TTFT from its write is in its note)")
-    for peer in ("aiperf", "guidellm", "bench_serving"):
-        p = next((x for x in rows if x.tool == peer and x.c == top), None)
-        if p is not None:
-            print(f"  CPU vs {peer}: {p.cpu_1k / r.cpu_1k:.1f}x less over the run, "
-                  f"{p.load_cpu_1k / r.load_cpu_1k:.1f}x over the load (target 10x)")
-    if 150 in mine and mine[150].lag_p99_ms is not None:
-        print(f"  added latency per chunk at C=150: p99 {mine[150].lag_p99_ms:.2f} ms (target < 1 ms)")
+    """specmon against the targets, from the rows of this run: with its C reader, then without."""
+    for tool in ("specmon", "specmon-py"):
+        mine = {r.c: r for r in rows if r.tool == tool}
+        if not mine:
+            continue
+        top = max(mine)
+        r = mine[top]
+        worst = max(abs(x - 1) for x in (r.itl_mean, r.tok_s or 1.0))
+        print(f"{tool} targets at C={top}: ITL and tok/s within 0.5 % of the wire: worst {worst:.2%} "
+              f"({'met' if worst <= 0.005 else 'not met'}); TTFT mean {r.ttft_mean:.4f} of the wire "
+              "(the TTFT from its write is in its note)")
+        for peer in ("aiperf", "guidellm", "bench_serving"):
+            p = next((x for x in rows if x.tool == peer and x.c == top), None)
+            if p is not None:
+                print(f"  CPU vs {peer}: {p.cpu_1k / r.cpu_1k:.1f}x less over the run, "
+                      f"{p.load_cpu_1k / r.load_cpu_1k:.1f}x over the load (target 10x)")
+        if 150 in mine and mine[150].lag_p99_ms is not None:
+            print(f"  added latency per chunk at C=150: p99 {mine[150].lag_p99_ms:.2f} ms (target < 1 ms)")
+    c_rows = {r.c: r for r in rows if r.tool == "specmon"}
+    for r in (x for x in rows if x.tool == "specmon-py" and x.c in c_rows):
+        print(f"  C={r.c}: the Python reader's CPU {r.cpu_1k / c_rows[r.c].cpu_1k:.2f}x the C reader's over the run, "
+              f"{r.load_cpu_1k / c_rows[r.c].load_cpu_1k:.2f}x over the load")
 
 
 def main() -> int:
@@ -539,7 +546,7 @@ def main() -> int:
     if a.repeat < 1:
         print(f"--repeat: expected a count of runs >= 1, got {a.repeat}", file=sys.stderr)
         return 2
-    pythons = {t: ensure_venv(t) for t in tools if t != "specmon"}
+    pythons = {t: ensure_venv(t) for t in tools if not t.startswith("specmon")}
     # Every client starts with its bytecode cached, as after its first run: pip compiled the peers'
     # at install; an editable install leaves specmon's to its first run.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "specmon")], check=False)
@@ -566,8 +573,8 @@ def main() -> int:
                            speed=1.0, timeout=120, log_dir=d) as sim:
                 t = time.monotonic()
                 try:
-                    if tool == "specmon":
-                        run, cpu = run_specmon(sim.url, c, n, a, d, wire_log)
+                    if tool in ("specmon", "specmon-py"):
+                        run, cpu = run_specmon(sim.url, c, n, a, d, wire_log, native=tool == "specmon")
                     else:
                         fn = {"aiperf": run_aiperf, "guidellm": run_guidellm, "bench_serving": run_bench_serving}[tool]
                         run, cpu = fn(sim.url, c, n, a, d, pythons[tool], tok)

@@ -54,7 +54,7 @@ import h11
 
 from specmon import clock
 from specmon.analysis.stats import percentile_of_numbers, spread_gaps
-from specmon.load import native
+from specmon.load import native, pacing
 from specmon.sources.spec_counts import hist_text, spec_counts
 from specmon.load.workload import Prompt
 from specmon.model import RequestRecord
@@ -66,6 +66,10 @@ if TYPE_CHECKING:
 # of whole events, without a Python frame; anything else it hands to _Stream.received as
 # _readable would.
 _fastread = native.fastread
+# Where the C reader is built it paces the load loop; where not, this module's reads do the same
+# through pacing.py (the same rule), so one plan offers the same load either way.
+_PY_PACED = _fastread is None
+_active_pacer = pacing.active
 
 _STALE_ERRORS = ("ReadError", "RemoteProtocolError", "ConnectError")  # what _Exchange / _attempt write
 _CT_KEY = b'"completion_tokens":'
@@ -636,7 +640,13 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         return buf[self._last_lo:self._last_hi]
 
     def feed(self, now: float, data: bytes) -> None:
-        self._feed(now, data)
+        pacer = _active_pacer() if _PY_PACED else None
+        if pacer is not None:  # no C reader: this read paces the loop as the C one would
+            n, last_t = len(self._arr_t), self._last_t
+            self._feed(now, data)
+            pacer.read(now, last_t, len(self._arr_t) - n)
+        else:
+            self._feed(now, data)
         self.between_chunks = self.chunked == b"" and not (self.skip or self.left or self.trailer or self.buf)
         self.want_rid = self.o.rid is None
 

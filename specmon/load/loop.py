@@ -18,7 +18,7 @@ import time
 from typing import Any, Coroutine, Optional
 
 from specmon.analysis.stats import percentile
-from specmon.load import native
+from specmon.load import native, pacing
 
 try:
     import uvloop
@@ -42,10 +42,8 @@ PACE_GAP_SHARE = 0.5
 
 def pace_pause(gap: Optional[float]) -> float:
     """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet):
-    the rule the C reader's Pacer applies (_fastread.c, pacer_pause_s)."""
-    if gap is None:
-        return PACE_PAUSE_S
-    return max(PACE_PAUSE_S, min(PACE_PAUSE_MAX_S, gap * PACE_GAP_SHARE))
+    the rule both pacers apply (pacing.py; _fastread.c, pacer_pause_s)."""
+    return pacing.pause_for(gap, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
 
 
 class LoadLoop:
@@ -57,9 +55,11 @@ class LoadLoop:
         self._lag_due = 0.0
         self._ticked_cpu_s = 0.0  # the thread's CPU seconds at the lag ticker's newest tick
         self.pacing = False
-        # the pacer (only the C reader paces): its pauses and their lengths are its fields
+        # the pacer, the C reader's or, where it is not built, pacing.py's (the same rule): its
+        # pauses and their lengths are its fields
         fr = native.fastread
-        self._pacer = fr.Pacer(self.loop, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE) if fr is not None else None
+        self._pacer = (fr.Pacer if fr is not None else pacing.Pacer)(
+            self.loop, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
         self._thread.start()
         # The thread's own CPU clock, read from any thread (Unix): a level's client CPU is then
         # exact at its ends, not as old as the lag ticker's newest tick.
@@ -82,17 +82,17 @@ class LoadLoop:
     @property
     def pauses(self) -> int:
         """The pacer's pauses so far: loop passes that read a socket while pacing."""
-        return self._pacer.pauses if self._pacer is not None else 0
+        return self._pacer.pauses
 
     @property
     def pause_s(self) -> float:
         """The pacer's newest pause ..."""
-        return self._pacer.pause_s if self._pacer is not None else 0.0
+        return self._pacer.pause_s
 
     @property
     def chunk_gap_s(self) -> Optional[float]:
         """... and the chunk gaps' 1st percentile it was a share of (None: none seen yet)."""
-        return self._pacer.chunk_gap_s if self._pacer is not None else None
+        return self._pacer.chunk_gap_s
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -121,14 +121,17 @@ class LoadLoop:
         pause delays is this client's own next step: a closed-
         loop stream's next request goes out up to PACE_PAUSE_MAX_S later (its TTFT still counts
         from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
-        it on only for levels of many streams, where the wake-ups cost; only the C reader
-        (load/_fastread.c) paces, so without it this does nothing."""
-        if self._pacer is not None:
-            self.loop.call_soon_threadsafe(self._set_pace, on)
+        it on only for levels of many streams, where the wake-ups cost. The C reader
+        (load/_fastread.c) paces where it is built, the Python reader (pacing.py) where not:
+        the same rule, so the same plan offers the same load either way."""
+        self.loop.call_soon_threadsafe(self._set_pace, on)
 
     def _set_pace(self, on: bool) -> None:  # on the load thread: the reader's pacer is per thread
-        fr = native.fastread
         self.pacing = on
+        fr = native.fastread
+        if fr is None:
+            pacing.activate(self._pacer if on else None)
+            return
         if on:
             fr.reset_chunk_gap()  # a new level: its own streams' gaps
         # At a pass's first read the C reader has the loop call the pacer's pause after the pass

@@ -16,3 +16,7 @@ except ImportError:  # not built here
     fastread = None
 if os.environ.get("SPECMON_NATIVE", "1") == "0":
     fastread = None
+
+# Which reader the load client reads with (each level's load_client figures say it): "C" where
+# _fastread is built and not left out, else "Python".
+READER = "C" if fastread is not None else "Python"

@@ -14,6 +14,7 @@ import pytest
 
 from helpers.simproc import REPO, start_sim
 from helpers.records import rows
+from specmon.load import native
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.workload import Workload
 from specmon.model import ArmSpec, LevelFinished, Marker, RampFinished, RampPlan, RequestFinished
@@ -103,7 +104,9 @@ def test_429_with_retry_after_is_honoured_per_stream(tmp_path):
     lv = rows(tmp_path / "levels.csv")[0]
     assert lv["valid"] == "0" and "backing off (" in lv["invalid_reason"], lv["invalid_reason"]
     assert "429 Too Many Requests" in lv["invalid_reason"] and "client" not in lv["invalid_reason"]
-    stats = json.loads((tmp_path / "session.json").read_text())["load_client"][0]["backoff"]["r"]
+    client = json.loads((tmp_path / "session.json").read_text())["load_client"][0]
+    assert client["reader"] == native.READER  # "C", or "Python" where _fastread is not built
+    stats = client["backoff"]["r"]
     assert stats["http_429"] == len(reqs) and stats["backoff_share"] > 0.5
     marks = [e.label for e in events if isinstance(e, Marker)]
     assert any("429 Too Many Requests" in m and "Retry-After 1 s" in m for m in marks), marks

@@ -2,15 +2,19 @@
 pass serves many streams, while every chunk keeps the time it arrived (the kernel's stamp).
 
 A real loopback server streams to N connections at once, a few events each at known times; the
-client reads through the C reader on a LoadLoop paced with a pause far longer than the real
+client reads through the C reader (or, with SPECMON_NATIVE=0, the Python one: the last test
+runs the paced tests again that way) on a LoadLoop paced with a pause far longer than the real
 one, so a stamp taken at the read would be late by tens of milliseconds."""
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +25,8 @@ from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
 from specmon.load.workload import Workload
 
-pytestmark = pytest.mark.skipif(native.fastread is None or not sys.platform.startswith("linux"),
-                                reason="only the C reader paces (Linux, built by setup.py)")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel stamps: Linux")
+needs_c = pytest.mark.skipif(native.fastread is None, reason="the C reader is not built here")
 
 STREAMS = 16
 GAP_S = 0.15  # between one stream's events: longer than the test's pause, as a decode step is
@@ -159,6 +163,7 @@ def test_pacing_off_pauses_nothing():
         load.stop()
 
 
+@needs_c
 def test_the_pacer_pauses_its_shortest_before_any_gap_and_is_set_only_to_a_pacer():
     fr = native.fastread
     loop = asyncio.new_event_loop()
@@ -194,3 +199,15 @@ def test_the_load_threads_cpu_is_read_at_once_from_another_thread():
         assert lp.cpu_s - before >= 0.045
     finally:
         lp.stop()
+
+
+@needs_c
+def test_the_python_reader_paces_by_the_same_rule():
+    """The paced tests above again, in a process whose client reads in Python (SPECMON_NATIVE=0):
+    one pause a pass, the pause a share of the chunk gaps, every stamp the arrival's."""
+    here = Path(__file__)
+    env = {**os.environ, "SPECMON_NATIVE": "0", "PYTEST_ADDOPTS": ""}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here),
+                        "-k", "paced_loop or share_of_the_chunk_gaps or pacing_off"],
+                       capture_output=True, text=True, env=env, cwd=here.parents[2], timeout=120)
+    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

@@ -14,6 +14,7 @@ from specmon.analysis.knee import queue_share, queueing_ttft
 from specmon.analysis.levels import Window, level_result
 from specmon.analysis.search import search_step
 from specmon.errors import UsageError
+from specmon.load import native
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
 from specmon.load.trace import Trace, trace_from_plan
@@ -319,7 +320,8 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
         self.last_window = Window(level.window_t0, level.t_stop or t_end)
         tokens = sum(o.completion_tokens or 0 for outs in level.outcomes.values() for o in outs)
         cpu = self._load.cpu_s - cpu0
-        stats = {"level": i, "offered_concurrency": c, "tokens": tokens, "client_cpu_s": round(cpu, 3),
+        stats = {"level": i, "offered_concurrency": c, "reader": native.READER, "tokens": tokens,
+                 "client_cpu_s": round(cpu, 3),
                  "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
                  "connect_s": level.connect_s, "connections_opened_ahead": level.connected,
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
