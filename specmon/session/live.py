@@ -257,8 +257,7 @@ class LiveSession:
         if spec is None:
             return None
         url = spec.url.rstrip("/")
-        return next((f for f in self.fleets if getattr(f, "kind", None) == "gateway"
-                     and getattr(f, "url", None) == url), None)
+        return next((f for f in self.fleets if f.kind == "gateway" and f.url == url), None)
 
     def newest_metrics(self, arm: str) -> Optional[MetricsSnapshot]:
         c = self._collectors.get(arm)
@@ -376,8 +375,8 @@ class LiveSession:
         rows stop; everything recorded stays)."""
         for f in self.fleets:
             if f.name not in self._fleet_polls:
-                if getattr(f, "kind", None) == "gateway":  # its figures only for workers not answering us
-                    f.needs_figures = {a.url for a in self.arms if a.fleet == f.name and a.name in self._unreachable}
+                # a gateway reads its figures only of workers not answering us
+                f.need_figures_of({a.url for a in self.arms if a.fleet == f.name and a.name in self._unreachable})
                 self._fleet_polls[f.name] = asyncio.create_task(f.poll())
         await asyncio.wait(list(self._fleet_polls.values()), timeout=deadline_s)
         self._fleet_samples = {}

@@ -117,9 +117,16 @@ class FleetSource(Protocol):
     of a Prometheus server (sources/promfleet/). Polled once a tick, read-only."""
 
     name: str
+    kind: str  # "gateway" (its workers' load goes through it) | "prometheus"
+    url: str  # the gateway's or the Prometheus server's base URL
 
     async def poll(self) -> FleetReading:
         """Never raises: a fleet that cannot be read is a FleetStatus with up=False and a reason."""
+        ...
+
+    def need_figures_of(self, urls: set[str]) -> None:
+        """Before a poll: the workers (URLs) the session cannot scrape itself now. A gateway reads
+        its own figures of those only; a source that reads every worker anyway ignores it."""
         ...
 
     async def aclose(self) -> None:

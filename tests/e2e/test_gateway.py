@@ -465,7 +465,7 @@ def test_an_admin_key_gateway_read_with_gateway_key_env_and_worker_figures_from_
             monkeypatch.setenv("SPECMON_TEST_GW_KEY", key)
             front = RecordingProxy(gw.url)
             fleet = GatewayFleet(front.url, metrics_url=gw.metrics_url, admin_key_env="SPECMON_TEST_GW_KEY")
-            fleet.needs_figures = {a.url, b.url}  # as LiveSession sets it when neither answers specmon
+            fleet.need_figures_of({a.url, b.url})  # as LiveSession says when neither answers specmon
 
             async def polls():
                 try:

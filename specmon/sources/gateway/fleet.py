@@ -58,7 +58,7 @@ class GatewayFleet:
         self._discover_due = 0.0
         self.engine_metrics_every_s = engine_metrics_every_s
         # The worker URLs whose figures the session needs from the gateway because it cannot reach
-        # them itself (LiveSession sets it before each poll); None: every worker's (no session says).
+        # them itself (LiveSession says, need_figures_of, before each poll); None: every worker's (no session says).
         # /engine_metrics is asked for, and read, only for those: every worker's /metrics merged is
         # the costliest thing the gateway serves, and parsing it (64 workers: about 3 MB) would
         # hold the load generator's thread back in a ramp through the gateway.
@@ -85,6 +85,9 @@ class GatewayFleet:
         await self._http.aclose()
         for c in self._collectors.values():
             await c.aclose()
+
+    def need_figures_of(self, urls: set[str]) -> None:
+        self.needs_figures = set(urls)
 
     async def poll(self) -> FleetReading:
         try:

@@ -35,6 +35,8 @@ class PrometheusFleet:
     one since the last answer nothing is asked either. An answer later than `timeout_s` (default
     the longer of 5 s and 3 ticks) is a failure: the fleet is down."""
 
+    kind = "prometheus"
+
     def __init__(self, url: str, selector: Optional[str] = "{}", interval_s: float = 1.0, *,
                  name: str = "prometheus", timeout_s: Optional[float] = None,
                  transport: Optional[httpx.AsyncBaseTransport] = None):
@@ -132,6 +134,9 @@ class PrometheusFleet:
         every = self.view.scrape_interval_s() or 0.0
         return (self._last is not None and now - self._last[3] < every / 2
                 and now - self._targets_at < TARGETS_EVERY_S)
+
+    def need_figures_of(self, urls: set[str]) -> None:
+        """Prometheus holds every worker's series: nothing to choose."""
 
     async def poll(self) -> FleetReading:
         """Never raises: Prometheus down, slow or erring is a FleetStatus with up=False and why."""
