@@ -217,3 +217,25 @@ def test_real_prometheus_scrapes_the_ramp(tmp_path):
               "ok requests by level:", by_level, "predicted knee:", knee["result"][0]["value"][1],
               "TTFT p50 at level 2 (s):", p50[0]["value"][1], "accept length max:", accept[0]["value"][1])
         assert math.isfinite(float(p50[0]["value"][1]))
+
+
+def test_demo_exports_both_arms(tmp_path):
+    mport = free_port()
+    proc = subprocess.Popen(specmon_cmd("demo", "--headless", "--levels", "2,3", "--level-duration", "20",
+                                        "--speed", "40", "--out", tmp_path / "s", "--metrics-port", mport),
+                            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        answers = poll_metrics(proc, f"http://127.0.0.1:{mport}/metrics", period=0.3)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    arms = {dict(k)["arm"] for a in answers for k in a.get("specmon_offered_concurrency", {})}
+    assert arms == {"fp8-mtp", "nvfp4-mtp"}
+    ok = {dict(k)["arm"] for a in answers for k in a.get("specmon_requests_total", {})}
+    assert ok == {"fp8-mtp", "nvfp4-mtp"}
+    predicted = {dict(k)["arm"] for a in answers for k in a.get("specmon_knee_concurrency", {})
+                 if dict(k)["definition"] == "predicted"}
+    assert predicted == {"fp8-mtp", "nvfp4-mtp"}
+    assert not listening(mport)

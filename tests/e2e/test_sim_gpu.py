@@ -219,3 +219,21 @@ async def test_a_server_that_does_not_say_it_is_the_simulator_is_never_asked(tmp
     assert not [p for p in paths if p.startswith("/specmon")], paths
     rows = list(csv.DictReader(open(tmp_path / "b" / "gpus.csv")))
     assert rows and not [r for r in rows if r["source"] == "simulated"]
+
+
+def test_headless_and_report_label_simulated_gpu_figures(tmp_path):
+    import subprocess
+
+    out = tmp_path / "ramp"
+    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", speed=20, timeout=90) as sim:
+        p = subprocess.run([sys.executable, "-m", "specmon", "ramp", sim.url, "--levels", "4,8", "--input-len", "1024",
+                            "--output-len", "128", "--level-duration", "20", "--settle", "2", "--interval", "0.3",
+                            "--headless", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "gpu (simulated) 76.2/96 GiB" in p.stdout
+    assert "simulated (the simulator's own figures, not this host's)" in p.stdout and "KV pool 51.7" in p.stdout
+    r = subprocess.run([sys.executable, "-m", "specmon", "report", str(out), "--format", "md", "--out",
+                        str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    md = "\n".join(f.read_text() for f in (tmp_path / "rep").rglob("*.md")) or r.stdout
+    assert "GPU power W: simulated" in md, md[:3000]

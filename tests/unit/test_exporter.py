@@ -340,25 +340,3 @@ def test_attach_exports_scrape_health_and_no_ramp_series(tmp_path):
         assert "specmon_offered_concurrency" not in a and "specmon_ramp_level" not in a
         assert "specmon_requests_total" not in a
     assert any("specmon_server_kv_usage_ratio" in a for a in answers)
-
-
-def test_demo_exports_both_arms(tmp_path):
-    mport = free_port()
-    proc = subprocess.Popen(specmon_cmd("demo", "--headless", "--levels", "2,3", "--level-duration", "20",
-                                        "--speed", "40", "--out", tmp_path / "s", "--metrics-port", mport),
-                            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        answers = poll_metrics(proc, f"http://127.0.0.1:{mport}/metrics", period=0.3)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, stderr[-2000:]
-    arms = {dict(k)["arm"] for a in answers for k in a.get("specmon_offered_concurrency", {})}
-    assert arms == {"fp8-mtp", "nvfp4-mtp"}
-    ok = {dict(k)["arm"] for a in answers for k in a.get("specmon_requests_total", {})}
-    assert ok == {"fp8-mtp", "nvfp4-mtp"}
-    predicted = {dict(k)["arm"] for a in answers for k in a.get("specmon_knee_concurrency", {})
-                 if dict(k)["definition"] == "predicted"}
-    assert predicted == {"fp8-mtp", "nvfp4-mtp"}
-    assert not listening(mport)

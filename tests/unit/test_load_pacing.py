@@ -8,13 +8,10 @@ one, so a stamp taken at the read would be late by tens of milliseconds."""
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -199,15 +196,3 @@ def test_the_load_threads_cpu_is_read_at_once_from_another_thread():
         assert lp.cpu_s - before >= 0.045
     finally:
         lp.stop()
-
-
-@needs_c
-def test_the_python_reader_paces_by_the_same_rule():
-    """The paced tests above again, in a process whose client reads in Python (SPECMON_NATIVE=0):
-    one pause a pass, the pause a share of the chunk gaps, every stamp the arrival's."""
-    here = Path(__file__)
-    env = {**os.environ, "SPECMON_NATIVE": "0", "PYTEST_ADDOPTS": ""}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here),
-                        "-k", "paced_loop or share_of_the_chunk_gaps or pacing_off"],
-                       capture_output=True, text=True, env=env, cwd=here.parents[2], timeout=120)
-    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

@@ -12,7 +12,6 @@ import pytest
 from rich.text import Text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.simproc import start_sim  # noqa: E402
 
 from specmon.session.replay import ReplaySource  # noqa: E402
 from specmon.tui.app import SpecmonApp  # noqa: E402
@@ -76,21 +75,3 @@ def test_fitting_never_cuts_a_word():
         assert joined.count("NVIDIA driver") == 1 or "NVML unavailable" in joined
     # at 80 columns the two simulated cards share a line and the rest takes one more
     assert len(pack(cells, 80)) == 2
-
-
-def test_headless_and_report_label_simulated_gpu_figures(tmp_path):
-    import subprocess
-
-    out = tmp_path / "ramp"
-    with start_sim("--enable-metrics", "--profile", "nvfp4-mtp", speed=20, timeout=90) as sim:
-        p = subprocess.run([sys.executable, "-m", "specmon", "ramp", sim.url, "--levels", "4,8", "--input-len", "1024",
-                            "--output-len", "128", "--level-duration", "20", "--settle", "2", "--interval", "0.3",
-                            "--headless", "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "gpu (simulated) 76.2/96 GiB" in p.stdout
-    assert "simulated (the simulator's own figures, not this host's)" in p.stdout and "KV pool 51.7" in p.stdout
-    r = subprocess.run([sys.executable, "-m", "specmon", "report", str(out), "--format", "md", "--out",
-                        str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    md = "\n".join(f.read_text() for f in (tmp_path / "rep").rglob("*.md")) or r.stdout
-    assert "GPU power W: simulated" in md, md[:3000]
