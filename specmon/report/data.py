@@ -1,8 +1,9 @@
 """Session folders read back for the report: one ReportArm per (session, arm) with its levels.
 
-Reading goes through `load_session` (the replay's reader), so the report and the replay agree on
-what a folder means; this module only adds what the report needs on top: the arm's server args,
-how many GPUs it ran on, and the mean GPU power of each level.
+Reading goes through `load_session` (session/recorded.py, which older folders are replayed
+from), so the report and the replay agree on what a folder means; this module only adds what the
+report needs on top: the arm's server args, how many GPUs it ran on, and the mean GPU power of
+each level.
 """
 
 from __future__ import annotations
