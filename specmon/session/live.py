@@ -78,7 +78,6 @@ FLEET_EVERY_TICK = 8
 OBSERVED_EVERY_S = 5.0
 
 
-
 # A front end stops a session for a signal's name or "duration reached" (LiveSession.stop_reason);
 # the session itself ends as "ramp <how>", "recording failed: ...", "cancelled" or "error: ...".
 _SIGNALLED = ("interrupted", "terminated", "hangup")
@@ -322,7 +321,8 @@ class LiveSession:
                 ramp_task = asyncio.create_task(self.ramp.run(emit, self))
             reason = await self._tick_loop(emit, stop, ramp_task)
         except asyncio.CancelledError:
-            reason = "cancelled"
+            # cancelled after a stop was asked (a front end that stopped waiting): the stop's why
+            reason = self.stop_reason or "cancelled"
             raise
         except Exception as e:
             reason = f"error: {type(e).__name__}: {e}"
