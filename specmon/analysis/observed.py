@@ -1,8 +1,10 @@
 """The observed knee: an arm's operating curve from its own samples, with no load sent.
 
 Every fresh Sample of an arm adds its seconds to one bin of running requests: throughput,
-throughput per running request, queued requests, queue time and TTFT (the server's histograms'
-increase between scrapes, Sample.queue_time_mean_s / ttft_mean_s, never the cumulative average).
+throughput per running request and queued requests; a sample with requests waiting counts at the
+most running of the last TURNOVER_S (a capped server's cohort turning over is not a lighter load).
+Queue time and TTFT (the server's histograms' increase over their window, Sample.queue_time_mean_s
+/ ttft_mean_s, never the cumulative average) count at the most running that window saw.
 Adding is O(1); reading the knee is O(bins), and there are at most a few dozen bins whatever the
 traffic (running counts above 32 share geometric bins), so a 64-worker fleet at 1 s stays cheap.
 
@@ -40,6 +42,12 @@ QUEUE_TTFT_SHARE = 0.5  # or when queue time is at least half of TTFT (the ramp'
 QUEUE_RISE = 2.0  # ... and at least twice the queue time of the lightest load
 KV_FULL = 0.9  # KV usage this high at the knee: the pool binds
 HIST_WINDOW_S = 30.0  # a sample's queue time and TTFT cover the scrapes of this many wall seconds
+# Requests waiting while fewer run than did a moment ago are a turnover, not a lighter load: a
+# server at its cap finishes a cohort together and, until the waiting ones are admitted, shows
+# running 2 of 4 with 2 queued. Real SGLang 0.5.23 on CPU held such moments for up to 3 s at a time
+# and 15 s in all over a ramp, enough to call "requests queue from 2 running" at a cap of 4. Such
+# a sample counts at the most running of this many seconds before it.
+TURNOVER_S = 10.0
 MAX_GAP_S = 10.0  # a gap between fresh samples longer than this counts as this much
 CONFIDENCE_S = ((300.0, "high"), (60.0, "medium"), (0.0, "low"))
 
@@ -96,6 +104,23 @@ class _Bin:
             busy_max=self.busy_max)
 
 
+class RunningPeak:
+    """The most running requests seen in the last `window_s` seconds, amortized O(1) a sample:
+    (ts, running) pairs with running falling from the left, so the first is the most."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self._seen: deque[tuple[float, int]] = deque()
+
+    def see(self, ts: float, running: int) -> int:
+        while self._seen and self._seen[-1][1] <= running:
+            self._seen.pop()
+        self._seen.append((ts, running))
+        while self._seen[0][0] < ts - self.window_s:
+            self._seen.popleft()
+        return self._seen[0][1]
+
+
 class OperatingCurve:
     """One arm's curve, fed every Sample of the arm in order (`add`), read with `knee()`."""
 
@@ -117,9 +142,8 @@ class OperatingCurve:
         self._generated = 0.0
         self._finished = 0.0
         self._finished_last: Optional[float] = None
-        # (ts, running) of the histograms' window, running falling from the left: its first entry
-        # is the most running the window saw (amortized O(1) a sample)
-        self._window: deque[tuple[float, int]] = deque()
+        self._hist_peak = RunningPeak(HIST_WINDOW_S)  # the most running the histograms' window saw
+        self._turnover_peak = RunningPeak(TURNOVER_S)
 
     def set_info(self, info: Optional[ArmInfo]) -> None:
         if info is not None:
@@ -142,12 +166,11 @@ class OperatingCurve:
         self._last_ts, self.last = s.ts, s
         r = s.running_reqs
         self.requests.note(s.ts, r)
-        while self._window and self._window[-1][1] <= r:
-            self._window.pop()
-        self._window.append((s.ts, r))
-        while self._window[0][0] < s.ts - HIST_WINDOW_S:
-            self._window.popleft()
-        lo, width = bin_of(r)
+        hist_peak = self._hist_peak.see(s.ts, r)
+        recent = self._turnover_peak.see(s.ts, r)
+        q = s.queued_reqs or 0
+        counted = recent if q > 0 else r  # the running count this sample is evidence for
+        lo, width = bin_of(counted)
         b = self.bins.get(lo)
         if b is None:
             b = self.bins[lo] = _Bin(lo, width)
@@ -164,25 +187,24 @@ class OperatingCurve:
             self._finished_last = fin
         if s.gen_tok_s is not None:
             b.tok_s += s.gen_tok_s * dt
-            b.per_user += (s.gen_tok_s / r if r else 0.0) * dt
+            b.per_user += (s.gen_tok_s / counted if counted else 0.0) * dt
             b.tok_w += dt
-        q = s.queued_reqs or 0
         b.queued += q * dt
         if q > 0:
             b.queued_s += dt
+        # The histograms' requests queued when running was at its most in their window, not at
+        # the count now: once load falls from past the knee, 30 s of samples at the lower count
+        # still carry the heavier load's queue times and TTFT (on a diurnal trace's falling side
+        # it called a knee of 8 for a server capped at 12), as do a capped server's cohort moments
+        # (running 4 for a scrape between cohorts). Their figures count in that bin.
+        peak = self.bins[bin_of(hist_peak)[0]]
         if s.queue_time_mean_s is not None:
-            b.queue_s += s.queue_time_mean_s * dt
-            b.queue_w += dt
+            peak.queue_s += s.queue_time_mean_s * dt
+            peak.queue_w += dt
         if s.ttft_mean_s is not None:
-            b.ttft_s += s.ttft_mean_s * dt
-            b.ttft_w += dt
+            peak.ttft_s += s.ttft_mean_s * dt
+            peak.ttft_w += dt
             if s.queue_time_mean_s is not None and s.ttft_mean_s > 0:
-                # The window's requests queued when running was at its most, not at the count
-                # now: once load falls from past the knee, 30 s of samples at the lower count
-                # still carry the heavier load's queueing (on a diurnal trace's falling side it
-                # called a knee of 8 for a server capped at 12), as do a capped server's cohort
-                # moments (running 4 for a scrape between cohorts)
-                peak = self.bins[bin_of(self._window[0][1])[0]]
                 peak.share_s += min(1.0, s.queue_time_mean_s / s.ttft_mean_s) * dt
                 peak.share_w += dt
         kv = s.kv_usage

@@ -35,9 +35,44 @@ def test_cohort_moments_past_the_cap_leave_the_knee_at_the_cap():
     capped_ramp(c)
     k = c.knee()
     assert k.queue_onset == 12 and k.concurrency == 12 and k.limit == "request_cap", k
-    # the moments are still on the curve: the 4 bin holds them, its mean queue time well up
+    # the moments count where the load was: the 4 bin holds only the level at 4, light as it ran
     four = next(p for p in k.curve if p.running == 4)
-    assert four.queue_s > 0.1 and four.evidence_s == 120.0, four
+    assert four.queue_s < 0.03 and four.queued_share == 0.0 and four.evidence_s == 100.0, four
+    twelve = next(p for p in k.curve if p.running == 12)
+    assert twelve.evidence_s == 300.0 and twelve.queued_share == 2 / 3, twelve  # 16 and 24 waited
+
+
+def test_turnover_at_the_cap_with_requests_waiting_counts_at_the_cap():
+    """Real SGLang 0.5.23 on CPU, capped at 4, under 6 and 8 offered: a cohort finishes together
+    and for up to 3 s running shows 2 with 2 queued, then 4 again; below the cap a closed loop of
+    2 shows running 1 or 2 with nothing waiting. The waiting moments are the cap's queueing, not
+    a knee at 2 (it once called "requests queue from 2 running", the ramp's knee being 6)."""
+    c = OperatingCurve("a")
+    c.set_info(ArmInfo(max_running_requests=4, kv_capacity_tokens=8192))
+    t = 0.0
+
+    def sample(running: int, queued: int, queue_s: float) -> None:
+        nonlocal t
+        t += 0.5
+        tok_s = 310.0 if queued else {1: 140.0, 2: 220.0, 4: 310.0}[running]  # the run's figures
+        c.add(Sample(ts=t, arm="a", up=True, running_reqs=running, queued_reqs=queued,
+                     gen_tok_s=tok_s, queue_time_mean_s=queue_s,
+                     ttft_mean_s=queue_s + 0.05), interval_s=0.5)
+
+    for i in range(40):  # offered 1
+        sample(1, 0, 0.0005)
+    for i in range(40):  # offered 2: running flips between 1 and 2
+        sample(1 + i % 2, 0, 0.0005)
+    for i in range(40):  # offered 4: at the cap, nothing waits
+        sample(4, 0, 0.0007)
+    for offered in (6, 8):  # past the cap: 4 running, then 6 samples (3 s) of 2 running
+        for i in range(40):
+            turnover = i % 10 >= 4
+            sample(2 if turnover else 4, offered - 4, 0.1 + 0.05 * (offered - 6))
+    k = c.knee()
+    two = next(p for p in k.curve if p.running == 2)
+    assert two.queued_share == 0.0 and two.evidence_s == 10.0, two
+    assert k.queue_onset == 4 and k.concurrency == 4 and k.limit == "request_cap", k
 
 
 
