@@ -217,63 +217,123 @@ _PLAIN_LINE = re.compile(rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*)?)\}})? ({_N
 _LABEL = re.compile(r'([a-zA-Z][a-zA-Z0-9_]*)="([^"]*)"')
 
 
-def fast_series(text: str) -> Optional[Series]:
-    """slow_series for sample lines (no comments) in the plain form `name{k="v",...} value`:
-    no escapes, no timestamp, no spaces but the one before the value, label names starting with
-    a letter, each once. None when any line is not in that form (then the full parser reads it)."""
-    series: Series = {}
-    for line in text.split("\n"):
-        if not line:
-            continue
-        m = _PLAIN_LINE.fullmatch(line)
-        if m is None:
-            return None
-        name, body, value = m.groups()
-        if len(value) > 300:
-            return None  # the parser reads an integer as int first: one past a float's range is its error
-        labels = _LABEL_SETS.get(body) if body else _NO_LABELS
-        if labels is None:
-            pairs = _LABEL.findall(body)
-            labels = dict(pairs)
-            if len(labels) != len(pairs):
-                return None  # a label named twice: the parser's call
-            if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
-                _LABEL_SETS.clear()
-            _LABEL_SETS[body] = labels
-        series.setdefault(bare_name(name), []).append((labels, float(value)))
-    return series
-
-
-# A server writes the same label sets scrape after scrape: one dict each, shared by every
-# snapshot that holds it (snapshots never change their labels). A collector's window holds 30
-# scrapes, so this is most of a snapshot's memory (75 KiB of SGLang's body each, unshared).
-_LABEL_SETS: dict[str, dict[str, str]] = {}
-_LABEL_SETS_MAX = 200_000
-_NO_LABELS: dict[str, str] = {}
-
-
 # Characters str.splitlines() breaks a line at besides "\n": a body holding any of them is read
 # the long way (_keep_lines), which splits exactly as the parser is handed lines.
 _ODD_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
-_KEEP_PATTERNS: dict[frozenset, re.Pattern] = {}
 _NUMBER_RE = re.compile(_NUMBER)
 _HEAD = re.compile(rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*)?)\}})?")
-# head of a plain sample line (`name{labels}`) -> (bare name, labels), or None when it is not plain
-_HEADS: dict[str, Optional[tuple[str, dict[str, str]]]] = {}
-_HEADS_MAX = 100_000
+_NO_LABELS: dict[str, str] = {}
 
 
-def _keep_pattern(only: frozenset[str]) -> re.Pattern:
-    """The sample lines of `only`, as _keep_lines picks them, found by one regular expression over
-    the whole body ("\n" before each line; the name is up to the first "{" or space; a prefixed
-    name is only ever its bare name, as bare_name strips one prefix)."""
-    p = _KEEP_PATTERNS.get(only)
-    if p is None:
-        alt = "|".join(re.escape(n) for n in sorted(only, key=len, reverse=True))
-        p = re.compile(rf"\n((?:sglang[:_](?:{alt})|(?!sglang[:_])(?:{alt}))(?:_bucket|_sum|_count)?(?=[{{ \n])[^\n]*)")
-        if len(_KEEP_PATTERNS) < 64:
-            _KEEP_PATTERNS[only] = p
-    return p
+class PlainLines:
+    """The reader of sample lines in the plain form `name{k="v",...} value` that SGLang and smg
+    write (no escapes, no timestamp, no spaces but the one before the value, label names starting
+    with a letter, each once): what prometheus_client's parser reads from them, several times
+    faster. Anything else is left to that parser (slow_series), so the answer or the error is
+    always the parser's (tests/unit/test_sources_fuzz.py).
+
+    Its caches are why it is an object: a server writes the same `name{labels}` scrape after
+    scrape, so each is read once and its labels kept as one dict, shared by every snapshot that
+    holds it (snapshots never change their labels); a collector's window holds 30 scrapes, so
+    this is most of a snapshot's memory (75 KiB of SGLang's body each, unshared). Every cache is
+    bounded: emptied when full."""
+
+    LABEL_SETS_MAX = 200_000
+    HEADS_MAX = 100_000
+    PATTERNS_MAX = 64
+
+    def __init__(self) -> None:
+        self._label_sets: dict[str, dict[str, str]] = {}  # the labels' text -> their dict
+        # a sample line's head (`name{labels}`) -> (bare name, labels), None when it is not plain
+        self._heads: dict[str, Optional[tuple[str, dict[str, str]]]] = {}
+        self._keep_patterns: dict[frozenset, re.Pattern] = {}
+
+    def fast_series(self, text: str) -> Optional[Series]:
+        """slow_series for sample lines (no comments) all in the plain form; None when any line is
+        not (then the full parser reads it)."""
+        series: Series = {}
+        label_sets = self._label_sets
+        for line in text.split("\n"):
+            if not line:
+                continue
+            m = _PLAIN_LINE.fullmatch(line)
+            if m is None:
+                return None
+            name, body, value = m.groups()
+            if len(value) > 300:
+                return None  # the parser reads an integer as int first: one past a float's range is its error
+            labels = label_sets.get(body) if body else _NO_LABELS
+            if labels is None:
+                pairs = _LABEL.findall(body)
+                labels = dict(pairs)
+                if len(labels) != len(pairs):
+                    return None  # a label named twice: the parser's call
+                if len(label_sets) >= self.LABEL_SETS_MAX:
+                    label_sets.clear()
+                label_sets[body] = labels
+            series.setdefault(bare_name(name), []).append((labels, float(value)))
+        return series
+
+    def plain_sample(self, line: str) -> Optional[tuple[str, dict[str, str], float]]:
+        """(bare name, labels, value) of one sample line in the plain form, its name{labels} read
+        once; None for any other line. The labels are shared: never change them."""
+        head, sep, value = line.rpartition(" ")
+        try:
+            read = self._heads[head]
+        except KeyError:
+            read = self._remember_head(head)
+        if read is None or not sep or len(value) > 300 or _NUMBER_RE.fullmatch(value) is None:
+            return None
+        return read[0], read[1], float(value)
+
+    def filtered_series(self, text: str, only: frozenset[str]) -> Optional[Series]:
+        """What _keep_lines then fast_series read from `text`, in about a fifth of the time: the
+        kept lines are found by one regular expression, and each line's `name{labels}` is read
+        once (a server writes the same ones scrape after scrape), its value on every scrape. None
+        when the long way must answer: odd line breaks, a kept line not in the plain form, more
+        than the parser is given (its error is then _keep_lines')."""
+        if not only or any(c in text for c in _ODD_BREAKS):
+            return None
+        lines = self._keep_pattern(only).findall("\n" + text + "\n")
+        if len(lines) > MAX_PARSED_LINES or sum(map(len, lines)) + len(lines) > MAX_PARSED_CHARS:
+            return None
+        heads = self._heads
+        number = _NUMBER_RE.fullmatch
+        series: Series = {}
+        for line in lines:
+            head, sep, value = line.rpartition(" ")
+            try:
+                read = heads[head]  # the lookup inline: it answers nearly every line of every scrape
+            except KeyError:
+                read = self._remember_head(head)
+            if read is None or not sep or len(value) > 300 or number(value) is None:
+                return None
+            name, labels = read
+            rows = series.get(name)
+            if rows is None:
+                rows = series[name] = []
+            rows.append((labels, float(value)))
+        return series
+
+    def _keep_pattern(self, only: frozenset[str]) -> re.Pattern:
+        """The sample lines of `only`, as _keep_lines picks them, found by one regular expression
+        over the whole body ("\n" before each line; the name is up to the first "{" or space; a
+        prefixed name is only ever its bare name, as bare_name strips one prefix)."""
+        p = self._keep_patterns.get(only)
+        if p is None:
+            alt = "|".join(re.escape(n) for n in sorted(only, key=len, reverse=True))
+            p = re.compile(rf"\n((?:sglang[:_](?:{alt})|(?!sglang[:_])(?:{alt}))(?:_bucket|_sum|_count)?(?=[{{ \n])[^\n]*)")
+            if len(self._keep_patterns) < self.PATTERNS_MAX:
+                self._keep_patterns[only] = p
+        return p
+
+    def _remember_head(self, head: str) -> Optional[tuple[str, dict[str, str]]]:
+        """The (bare name, labels) of a head not seen yet, kept in the bounded cache."""
+        read = _plain_head(head)
+        if len(self._heads) >= self.HEADS_MAX:
+            self._heads.clear()
+        self._heads[head] = read
+        return read
 
 
 def _plain_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
@@ -290,57 +350,12 @@ def _plain_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
     return bare_name(name), labels
 
 
-def _remember_head(head: str) -> Optional[tuple[str, dict[str, str]]]:
-    """_plain_head of a head not seen yet, kept in the bounded _HEADS (emptied when full)."""
-    read = _plain_head(head)
-    if len(_HEADS) >= _HEADS_MAX:
-        _HEADS.clear()
-    _HEADS[head] = read
-    return read
-
-
-def plain_sample(line: str) -> Optional[tuple[str, dict[str, str], float]]:
-    """(bare name, labels, value) of one sample line in the plain form fast_series reads, its
-    name{labels} read once per process; None for any other line. The labels are shared: never
-    change them."""
-    head, sep, value = line.rpartition(" ")
-    try:
-        read = _HEADS[head]
-    except KeyError:
-        read = _remember_head(head)
-    if read is None or not sep or len(value) > 300 or _NUMBER_RE.fullmatch(value) is None:
-        return None
-    return read[0], read[1], float(value)
-
-
-def filtered_series(text: str, only: frozenset[str]) -> Optional[Series]:
-    """What _keep_lines then fast_series read from `text`, in about a fifth of the time: the kept
-    lines are found by one regular expression, and each line's `name{labels}` is read once per
-    process (a server writes the same ones scrape after scrape), its value on every scrape. None
-    when the long way must answer: odd line breaks, a kept line not in the plain form, more
-    than the parser is given (its error is then _keep_lines')."""
-    if not only or any(c in text for c in _ODD_BREAKS):
-        return None
-    lines = _keep_pattern(only).findall("\n" + text + "\n")
-    if len(lines) > MAX_PARSED_LINES or sum(map(len, lines)) + len(lines) > MAX_PARSED_CHARS:
-        return None
-    heads = _HEADS
-    number = _NUMBER_RE.fullmatch
-    series: Series = {}
-    for line in lines:
-        head, sep, value = line.rpartition(" ")
-        try:
-            read = heads[head]  # the lookup inline: it answers nearly every line of every scrape
-        except KeyError:
-            read = _remember_head(head)
-        if read is None or not sep or len(value) > 300 or number(value) is None:
-            return None
-        name, labels = read
-        rows = series.get(name)
-        if rows is None:
-            rows = series[name] = []
-        rows.append((labels, float(value)))
-    return series
+# The process's reader: every collector's lines land in the same bounded caches (a fleet's
+# workers share the label sets they have in common).
+PLAIN = PlainLines()
+fast_series = PLAIN.fast_series
+plain_sample = PLAIN.plain_sample
+filtered_series = PLAIN.filtered_series
 
 
 def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:

@@ -36,7 +36,7 @@ from specmon.sources.gateway.engine import (
 from specmon.sources.gateway.fleet import GatewayFleet
 from specmon.sources.gateway.loads import LOADS_PATH, WorkerLoad, parse_loads
 from specmon.sources.gateway.metrics import (
-    CIRCUIT, DEFAULT_METRICS_PORT, ENGINE_SERIES, PD_SERIES, GatewayMetrics, _sample_line, parse_gateway_metrics,
+    CIRCUIT, DEFAULT_METRICS_PORT, ENGINE_SERIES, PD_SERIES, GatewayMetrics, parse_gateway_metrics,
 )
 from specmon.sources.gateway.probe import Probe, detect_gateway, is_sglang_metrics, probe
 from specmon.sources.gateway.registry import (
@@ -47,7 +47,7 @@ from specmon.sources.gateway.urls import base_url, worker_name
 __all__ = [
     "CIRCUIT", "DEFAULT_METRICS_PORT", "ENGINE_METRICS_PATH", "ENGINE_SERIES", "JSON_MAX_BYTES", "LOADS_PATH",
     "METRICS_MAX_BYTES", "PD_SERIES", "READINESS_PATH", "REGISTRY_PATH", "ROLES", "GatewayFleet", "GatewayMetrics",
-    "Probe", "Readiness", "RegistryWorker", "WorkerLoad", "_sample_line", "base_url", "detect_gateway",
+    "Probe", "Readiness", "RegistryWorker", "WorkerLoad", "base_url", "detect_gateway",
     "engine_sample", "is_sglang_metrics", "overlay_load", "parse_gateway_metrics", "parse_loads",
     "parse_readiness", "parse_registry", "probe", "split_engine_metrics", "worker_name",
 ]

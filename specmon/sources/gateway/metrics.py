@@ -10,7 +10,7 @@ from typing import Optional
 
 from specmon.sources.gateway.urls import base_url
 from specmon.sources.gateway.values import _count
-from specmon.sources.prom import plain_sample
+from specmon.sources.prom import MetricsParseError, plain_sample, slow_series
 
 DEFAULT_METRICS_PORT = 29000  # smg's --prometheus-port default
 CIRCUIT = {0: "closed", 1: "open", 2: "half_open"}
@@ -61,7 +61,7 @@ def parse_gateway_metrics(text: str) -> GatewayMetrics:
                 continue
         # the plain form (no escapes, no timestamp) read once per name{labels}; else word by word
         plain = plain_sample(line)
-        name, labels, value = plain if plain is not None else _sample_line(line)
+        name, labels, value = plain if plain is not None else _odd_sample(line)
         if name is None:
             continue
         m.is_gateway = True
@@ -105,44 +105,14 @@ def parse_gateway_metrics(text: str) -> GatewayMetrics:
     return m
 
 
-def _sample_line(line: str) -> tuple[Optional[str], dict[str, str], float]:
-    """(name, labels, value) of one exposition line, or (None, {}, nan)."""
+def _odd_sample(line: str) -> tuple[Optional[str], dict[str, str], float]:
+    """(name, labels, value) of a line not in the plain form (escaped labels, a timestamp), as
+    prometheus_client's parser reads it; (None, {}, nan) where it cannot."""
     try:
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            body, _, tail = rest.rpartition("}")
-            labels = {}
-            for part in _split_labels(body):
-                k, _, v = part.partition("=")
-                v = v.strip()
-                if len(v) >= 2 and v[0] == v[-1] == '"':
-                    labels[k.strip()] = v[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-        else:
-            name, _, tail = line.partition(" ")
-            labels = {}
-        value = float(tail.split()[0])
-    except (ValueError, IndexError):
+        series = slow_series(line + "\n")
+    except MetricsParseError:
         return None, {}, math.nan
-    return name.strip(), labels, value
-
-
-def _split_labels(body: str) -> list[str]:
-    parts, cur, quoted, esc = [], [], False, False
-    for c in body[:8192]:
-        if esc:
-            cur.append(c)
-            esc = False
-        elif c == "\\":
-            cur.append(c)
-            esc = True
-        elif c == '"':
-            quoted = not quoted
-            cur.append(c)
-        elif c == "," and not quoted:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if cur:
-        parts.append("".join(cur))
-    return [p for p in parts if "=" in p]
+    for name, rows in series.items():
+        labels, value = rows[0]
+        return name, labels, value
+    return None, {}, math.nan
