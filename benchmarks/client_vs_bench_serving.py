@@ -184,9 +184,9 @@ def main() -> int:
     print(f"output tok/s ratio normalised by the server's pace (its own e2e ratio {pace:.3f}): "
           f"{ours['output_throughput'] / bench['output_throughput'] * pace:.3f}")
     cs = ramp.client_stats[-1]
-    print(f"specmon client overhead: {cs['cpu_ms_per_1k_tokens']} ms CPU per 1k tokens streamed "
-          f"({cs['client_cpu_s']} s for {cs['tokens']} tokens); load-loop lag p50 {cs['lag_p50_s']} s, "
-          f"p99 {cs['lag_p99_s']} s, max {cs['lag_max_s']} s")
+    print(f"specmon client overhead: {cs.cpu_ms_per_1k_tokens} ms CPU per 1k tokens streamed "
+          f"({cs.client_cpu_s} s for {cs.tokens} tokens); load-loop lag p50 {cs.lag_p50_s} s, "
+          f"p99 {cs.lag_p99_s} s, max {cs.lag_max_s} s")
     return 0
 
 

@@ -297,7 +297,7 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
     (what `specmon ramp --headless` runs: scraping at 1 Hz, writing its session folder, its
     lines to /dev/null here), then each request's raw stamps to `out`, as wall-clock seconds."""
     from specmon.headless import run_headless
-    from specmon.model import ArmSpec, RampPlan
+    from specmon.model import ArmSpec, LoadClientStats, RampPlan
     from specmon.session.live import LiveSession
     from specmon.session.ramp import RampDriver
 
@@ -317,18 +317,19 @@ def specmon_child(url: str, c: int, n: int, isl: int, osl: int, out: str) -> int
                      "sent": o.t_sent_wall, "written": o.wall(o.t_written) if o.t_written else None,
                      "first": o.wall(ev[0][0]) if ev else None, "last": o.wall(ev[-1][0]) if ev else None,
                      "end": o.wall(o.t_end) if o.t_end else None})
-    cs = ramp.client_stats[-1] if ramp.client_stats else {}
-    lag = cs.get("lag_p99_s")
+    # no level finished: every figure unknown
+    cs = ramp.client_stats[-1] if ramp.client_stats else LoadClientStats(level=0, offered_concurrency=c)
+    lag = cs.lag_p99_s
     # Where the process's CPU went, in seconds: start-up (interpreter and imports), the session's
     # thread after it (scrapes, records, CSV rows, the level's figures), the load thread over
     # its level (connections, requests, reads: the ramp's own reading of its clock), and every
     # other thread (host readings, the resolver) with the load thread's time outside its level.
-    main_s, total_s, load_s = time.thread_time(), time.process_time(), cs.get("client_cpu_s") or 0.0
+    main_s, total_s, load_s = time.thread_time(), time.process_time(), cs.client_cpu_s or 0.0
     split = {"start_up": started, "session_thread": main_s - started, "load_thread": load_s,
              "other": total_s - main_s - load_s}
-    Path(out).write_text(json.dumps({"requests": rows, "client_cpu_ms_per_1k": cs.get("cpu_ms_per_1k_tokens"),
+    Path(out).write_text(json.dumps({"requests": rows, "client_cpu_ms_per_1k": cs.cpu_ms_per_1k_tokens,
                                      "lag_p99_ms": None if lag is None else round(lag * 1000, 2),
-                                     "connect_s": cs.get("connect_s"),
+                                     "connect_s": cs.connect_s,
                                      "cpu_split_s": {k: round(v, 3) for k, v in split.items()}}))
     return 0
 

@@ -11,7 +11,7 @@ Convention: a value that is not known is ``None``, never a made-up 0. The CSV wr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Optional
 
 from specmon import clock
@@ -708,13 +708,129 @@ class LevelProgress(Event):
 
 
 @dataclass
+class PacerStats:
+    """The load loop's pacer over one level of many streams (load/loop.py LoadLoop.pace)."""
+
+    pauses: int  # pauses this level: loop passes that read a socket while pacing
+    pause_ms: float  # the newest pause's length
+    chunk_gap_ms: Optional[float] = None  # the chunk gaps' 1st percentile it was a share of (None: none seen)
+
+
+@dataclass
+class ArmBackoff:
+    """How one arm's streams waited on one level after refused or unanswered requests."""
+
+    backoff_s: float  # stream-seconds spent waiting before a next request
+    backoff_share: Optional[float] = None  # of the level's stream-seconds (None: a level of no length)
+    # HTTP status -> requests it refused; session.json writes each as its own "http_<status>" key,
+    # as the figures were written before they were typed
+    http: dict[int, int] = field(default_factory=dict)
+    no_answer: dict[str, int] = field(default_factory=dict)  # why -> requests; the key only when any
+
+    def to_plain(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backoff_s": self.backoff_s, "backoff_share": self.backoff_share}
+        out.update((f"http_{code}", n) for code, n in sorted(self.http.items()))
+        if self.no_answer:
+            out["no_answer"] = dict(self.no_answer)
+        return out
+
+    @classmethod
+    def from_plain(cls, obj: dict[str, Any]) -> "ArmBackoff":
+        if not isinstance(obj, dict):
+            raise TypeError(f"expected an object for ArmBackoff, got {type(obj).__name__}")
+        no_answer = obj.get("no_answer") or {}
+        if not isinstance(no_answer, dict):
+            raise TypeError(f"expected an object for no_answer, got {type(no_answer).__name__}")
+        return cls(backoff_s=_as_float(obj["backoff_s"]), backoff_share=_as_float(obj.get("backoff_share")),
+                   http={int(k[5:]): v for k, v in obj.items() if k.startswith("http_") and k[5:].isdigit()},
+                   no_answer=dict(no_answer))
+
+
+@dataclass
+class LoadClientStats:
+    """What the load client cost and how it kept pace on one level: one entry of session.json's
+    load_client list. The fields are in the order of the JSON's keys."""
+
+    level: int
+    offered_concurrency: int  # a rate level: its max_concurrency cap (0: none)
+    reader: Optional[str] = None  # "C" | "Python" (load/native.py); None: recorded before it was said
+    tokens: Optional[int] = None  # output tokens the level's requests streamed
+    client_cpu_s: Optional[float] = None  # the load thread's CPU over the level
+    cpu_ms_per_1k_tokens: Optional[float] = None  # None: no tokens
+    connect_s: Optional[float] = None  # connections opened before the level's first request
+    connections_opened_ahead: Optional[dict[str, int]] = None  # arm -> connections opened then
+    # the load loop's lag behind its 100 ms ticker over the level (wall seconds)
+    lag_p50_s: Optional[float] = None
+    lag_p99_s: Optional[float] = None
+    lag_max_s: Optional[float] = None
+    lag_samples: Optional[int] = None
+    pacer: Optional[PacerStats] = None  # a paced level only: session.json has no "pacer" key otherwise
+    server_pace: Optional[dict[str, float]] = None  # arm -> simulated s per wall s it kept; None: none known
+    backoff: Optional[dict[str, ArmBackoff]] = None  # the arms that waited; None: none did
+
+    def to_plain(self) -> dict[str, Any]:
+        """The JSON object session.json and events.jsonl hold: the dict the ramp wrote before these
+        figures were typed, key for key."""
+        out: dict[str, Any] = {}
+        for f in _LOAD_CLIENT_FIELDS:
+            v = getattr(self, f)
+            if f == "pacer":
+                if v is None:
+                    continue
+                v = {"pauses": v.pauses, "pause_ms": v.pause_ms, "chunk_gap_ms": v.chunk_gap_ms}
+            elif f == "backoff" and v is not None:
+                v = {arm: b.to_plain() for arm, b in v.items()}
+            elif isinstance(v, dict):
+                v = dict(v)
+            out[f] = v
+        return out
+
+    @classmethod
+    def from_plain(cls, obj: dict[str, Any]) -> Optional["LoadClientStats"]:
+        """Back from to_plain's object; older recordings lack later keys (they stay None) and a
+        level finished without figures was written as {} (None here). A value of the wrong shape
+        is a TypeError or KeyError, as codec.build raises for other dataclasses."""
+        if not isinstance(obj, dict):
+            raise TypeError(f"expected an object for LoadClientStats, got {type(obj).__name__}")
+        if not obj:
+            return None
+        kw: dict[str, Any] = {f: obj[f] for f in _LOAD_CLIENT_FIELDS if f in obj}
+        for f in ("client_cpu_s", "cpu_ms_per_1k_tokens", "connect_s", "lag_p50_s", "lag_p99_s", "lag_max_s"):
+            if f in kw:
+                kw[f] = _as_float(kw[f])
+        for f in ("connections_opened_ahead", "server_pace", "backoff"):
+            if kw.get(f) is not None and not isinstance(kw[f], dict):
+                raise TypeError(f"expected an object for {f}, got {type(kw[f]).__name__}")
+        if kw.get("server_pace") is not None:
+            kw["server_pace"] = {arm: _as_float(p) for arm, p in kw["server_pace"].items()}
+        if kw.get("pacer") is not None:
+            p = kw["pacer"]
+            if not isinstance(p, dict):
+                raise TypeError(f"expected an object for pacer, got {type(p).__name__}")
+            kw["pacer"] = PacerStats(pauses=p["pauses"], pause_ms=_as_float(p["pause_ms"]),
+                                     chunk_gap_ms=_as_float(p.get("chunk_gap_ms")))
+        if kw.get("backoff") is not None:
+            kw["backoff"] = {arm: ArmBackoff.from_plain(b) for arm, b in kw["backoff"].items()}
+        return cls(**kw)
+
+
+def _as_float(v: Any) -> Any:
+    # JSON writes 2.0 as 2.0, but a hand-made or older file may hold 2: read it as the float it stands for
+    return float(v) if type(v) is int else v
+
+
+_LOAD_CLIENT_FIELDS = tuple(f.name for f in fields(LoadClientStats))
+
+
+@dataclass
 class LevelFinished(Event):
     level: int
     results: list[LevelResult]  # one per arm
     # arm -> its knees over its levels so far; empty when the sender computed none.
     knees: dict[str, KneesSummary] = field(default_factory=dict)
-    # What the load client cost and how it kept pace on this level (session.json load_client).
-    load_client: dict[str, Any] = field(default_factory=dict)
+    # What the load client cost and how it kept pace on this level (session.json load_client);
+    # None where the sender measured no load (a rebuilt older folder, a test's level).
+    load_client: Optional[LoadClientStats] = None
     # A ramp through a gateway: its arm -> the fleet's figures so far (session.json fleet_levels).
     fleets: dict[str, FleetLevels] = field(default_factory=dict)
 

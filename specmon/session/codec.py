@@ -113,6 +113,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
+# Dataclasses whose JSON is not their fields one by one: their own to_plain / from_plain keep the
+# shape their figures had as plain dicts (a level's load-client figures: "http_<status>" keys, a
+# "pacer" key only on a paced level), so session.json reads the same as it did.
+_SHAPED: frozenset[type] = frozenset({model.LoadClientStats, model.ArmBackoff})
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, read once per class
 
 
@@ -123,6 +127,8 @@ def to_plain(v: Any) -> Any:
         return v
     names = _FIELD_NAMES.get(t)
     if names is None and dataclasses.is_dataclass(v) and not isinstance(v, type):
+        if t in _SHAPED:
+            return v.to_plain()
         names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(v))
     if names is not None:
         # Scalars in place, without a call each: a tick of 64 samples is ~3,000 fields.
@@ -181,6 +187,8 @@ def build(tp: Any, v: Any) -> Any:
         arg = args[1] if len(args) == 2 else Any
         return {k: build(arg, x) for k, x in v.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if tp in _SHAPED:
+            return tp.from_plain(v)
         if not isinstance(v, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(v).__name__}")
         hints = _hints(tp)

@@ -53,7 +53,7 @@ from specmon.errors import UsageError
 from specmon.model import (
     GPU_COLUMNS, LEVEL_COLUMNS, OBSERVED_REQUEST_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS, ArmInfoUpdated, ArmSpec, Event, FleetChanged,
     FleetLevels, GpuSnapshot,
-    KneeCalled, KneesSummary, LevelFinished, LevelResult, Marker, ObservedKnee, ObservedKneesUpdated, ObservedRequest,
+    KneeCalled, KneesSummary, LevelFinished, LevelResult, LoadClientStats, Marker, ObservedKnee, ObservedKneesUpdated, ObservedRequest,
     ObservedRequestsRead, PredictedKnee,
     RampStarted,
     RequestFinished, SamplesTick,
@@ -145,7 +145,7 @@ class SessionMeta:
     # A ramp through a gateway: per gateway arm, its workers' routing imbalance per level and
     # which worker saturated first (model.FleetLevels)
     fleet_levels: dict[str, FleetLevels] = field(default_factory=dict)
-    load_client: list[dict[str, Any]] = field(default_factory=list)
+    load_client: list[LoadClientStats] = field(default_factory=list)  # a ramp's levels, in order
     markers: list[dict[str, Any]] = field(default_factory=list)
     exit_reason: Optional[str] = None
     layout: Optional[dict[str, Any]] = None
@@ -170,6 +170,8 @@ class SessionMeta:
             raise UsageError(f"{where}: unexpected shape ({e}); expected a specmon session.json")
         if not isinstance(meta.arms, list) or not all(isinstance(a, ArmMeta) for a in meta.arms):
             raise UsageError(f"{where}: 'arms': expected a list of arm objects")
+        # {} stands for a level without figures (LoadClientStats.from_plain): not one to list
+        meta.load_client = [s for s in meta.load_client or [] if s is not None]
         return meta
 
 
@@ -524,7 +526,7 @@ class SessionWriter:
             self._level_rows.append(r)
         self.meta.knees.update(e.knees)
         self.meta.fleet_levels.update(e.fleets)
-        if e.load_client:
+        if e.load_client is not None:
             self.meta.load_client.append(e.load_client)
         self._write_meta()
 

@@ -434,7 +434,7 @@ def specmon_level(url: str, c: int, n: int, out: Path) -> dict:
         print(f"the system clock stepped {clock_step:+.3f} s against the monotonic clock during the run")
     return {"mean_ttft_ms": statistics.fmean(o.ttft for o in outs) * 1000, "output_throughput": toks / span,
             "mean_e2e_latency_ms": statistics.fmean(o.e2e for o in outs) * 1000, "completed": len(outs),
-            "client_cpu_s": ramp.client_stats[-1].get("client_cpu_s")}
+            "client_cpu_s": ramp.client_stats[-1].client_cpu_s}
 
 
 @contextmanager

@@ -20,8 +20,8 @@ from specmon.load.loop import LoadLoop
 from specmon.load.trace import Trace, trace_from_plan
 from specmon.load.workload import Workload
 from specmon.model import (
-    ArmSpec, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, RampFinished, RampPlan,
-    RampStarted, RequestFinished,
+    ArmBackoff, ArmSpec, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, LoadClientStats,
+    PacerStats, RampFinished, RampPlan, RampStarted, RequestFinished,
 )
 from specmon.session.fleet_ramp import FleetRamp
 from specmon.session.ramp.closed import ClosedLoop
@@ -59,7 +59,7 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
         self.knees: dict[str, KneesSummary] = {}
         self.scales: dict[str, float] = {}
         self._measured: dict[str, float] = {}  # simulator pace measured on the last level, per arm
-        self.client_stats: list[dict[str, Any]] = []
+        self.client_stats: list[LoadClientStats] = []
         self._paused = threading.Event()
         self._skip = threading.Event()
         # What the running closed-loop level waits on (on the load loop): a stream ending, the
@@ -320,15 +320,17 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
         self.last_window = Window(level.window_t0, level.t_stop or t_end)
         tokens = sum(o.completion_tokens or 0 for outs in level.outcomes.values() for o in outs)
         cpu = self._load.cpu_s - cpu0
-        stats = {"level": i, "offered_concurrency": c, "reader": native.READER, "tokens": tokens,
-                 "client_cpu_s": round(cpu, 3),
-                 "cpu_ms_per_1k_tokens": round(cpu / tokens * 1e6, 3) if tokens else None,
-                 "connect_s": level.connect_s, "connections_opened_ahead": level.connected,
-                 **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}}
+        lag = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}
+        stats = LoadClientStats(level=i, offered_concurrency=c, reader=native.READER, tokens=tokens,
+                                client_cpu_s=round(cpu, 3),
+                                cpu_ms_per_1k_tokens=round(cpu / tokens * 1e6, 3) if tokens else None,
+                                connect_s=level.connect_s, connections_opened_ahead=level.connected,
+                                lag_p50_s=lag["lag_p50_s"], lag_p99_s=lag["lag_p99_s"], lag_max_s=lag["lag_max_s"],
+                                lag_samples=lag["lag_samples"])
         if self._load.pacing:  # the pacer's pauses this level, the last one's length and its reason
             gap = self._load.chunk_gap_s
-            stats["pacer"] = {"pauses": self._load.pauses - pauses0, "pause_ms": round(self._load.pause_s * 1000, 3),
-                              "chunk_gap_ms": None if gap is None else round(gap * 1000, 3)}
+            stats.pacer = PacerStats(pauses=self._load.pauses - pauses0, pause_ms=round(self._load.pause_s * 1000, 3),
+                                     chunk_gap_ms=None if gap is None else round(gap * 1000, 3))
         paces = {}
         for arm in self.arms:
             pace = server_pace(self._this_run(level, arm.name)) if arm.name not in self.fleet.gateways else None
@@ -349,17 +351,16 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
             if nominal != 1.0 and not stalled and abs(pace / nominal - 1) > PACE_TOLERANCE:
                 live.mark(f"{arm.name}: the simulator kept x{pace:.2f}, not the x{nominal:g} it reports "
                           f"(CPU-bound); level {i + 1} figures use the measured pace")
-        stats["server_pace"] = paces or None
-        backoff = {}
+        stats.server_pace = paces or None
+        backoff: dict[str, ArmBackoff] = {}
         for arm in self.arms:
             a = arm.name
             if level.backoff_s[a] or level.refused[a] or level.no_answer[a]:
                 span = level.streams[a] * ((level.t_stop or t_end) - level.t0)
-                backoff[a] = {"backoff_s": round(level.backoff_s[a], 3),
-                              "backoff_share": round(level.backoff_s[a] / span, 4) if span > 0 else None,
-                              **{f"http_{code}": n for code, n in sorted(level.refused[a].items())},
-                              **({"no_answer": dict(level.no_answer[a])} if level.no_answer[a] else {})}
-        stats["backoff"] = backoff or None
+                backoff[a] = ArmBackoff(backoff_s=round(level.backoff_s[a], 3),
+                                        backoff_share=round(level.backoff_s[a] / span, 4) if span > 0 else None,
+                                        http=dict(sorted(level.refused[a].items())), no_answer=dict(level.no_answer[a]))
+        stats.backoff = backoff or None
         self.client_stats.append(stats)
         workers, worker_knees, fleets = self.fleet.level_finished(i, c, self.last_window, level.t0, results,
                                                                   self.knees, emit, live)
