@@ -7,7 +7,9 @@ import pytest
 
 from helpers.simproc import start_sim
 from helpers.records import max_overlap, rows
-from specmon.model import LevelFinished, LevelStarted, RampFinished, RampPlan
+from specmon.model import LevelFinished, LevelStarted, LoadClientStats, RampFinished, RampPlan
+from specmon.session import codec
+from specmon.session.folder import read_meta
 from helpers.ramps import run_ramp
 
 
@@ -46,6 +48,13 @@ def test_short_ramp_records_exact_lengths_and_holds_c_in_flight(tmp_path):
     assert session["knees"]["sim"]["predicted"]["kv_full_length"] == pytest.approx(175000 / 544, abs=0.01)
     assert session["knees"]["sim"]["predicted"] == session["predicted_knees"]["sim"]
     assert session["load_client"][-1]["tokens"] == 8 * 32
+    # the ramp's typed figures are what the level event carried and session.json holds, key for key
+    carried = [e.load_client for e in events if isinstance(e, LevelFinished)]
+    assert carried == ramp.client_stats and all(type(s) is LoadClientStats for s in carried)
+    assert session["load_client"] == [codec.to_plain(s) for s in carried]
+    assert list(session["load_client"][0])[:8] == ["level", "offered_concurrency", "reader", "tokens", "client_cpu_s",
+                                                   "cpu_ms_per_1k_tokens", "connect_s", "connections_opened_ahead"]
+    assert read_meta(tmp_path).load_client == carried
 
 
 def test_errors_are_recorded_not_fatal(tmp_path):
