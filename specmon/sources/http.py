@@ -15,7 +15,7 @@ once, silently (a GET is safe to send again).
 
 Errors are typed so the collector can word them: Refused, Unresolved, ConnectFailed, ReadTimeout,
 TransportError (reset, closed mid-answer, not HTTP), Undecodable, TooLarge. TLS, proxies and
-URLs with user:password stay with httpx (sources/sglang.py chooses).
+URLs with user:password stay with httpx (sources/get.py chooses).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import zlib
 from typing import Optional
 
 HEAD_MAX_BYTES = 64 * 2**10
-KEEP_IDLE = 4  # connections kept per client (the gateway asks several paths at once)
+KEEP_IDLE = 4  # connections kept per client by default (the gateway asks several paths at once)
 
 
 def is_refused(e: BaseException) -> bool:
@@ -135,10 +135,10 @@ def _expire(w: asyncio.Future, timeout_s: float) -> None:
 
 
 class LeanClient:
-    """GETs to one http://host:port, over at most KEEP_IDLE kept-alive connections."""
+    """GETs to one http://host:port, over at most keep_idle kept-alive connections."""
 
-    def __init__(self, host: str, port: int, timeout_s: float):
-        self.host, self.port, self.timeout_s = host, port, timeout_s
+    def __init__(self, host: str, port: int, timeout_s: float, keep_idle: int = KEEP_IDLE):
+        self.host, self.port, self.timeout_s, self.keep_idle = host, port, timeout_s, keep_idle
         host_header = f"[{host}]" if ":" in host else host
         if port != 80:
             host_header += f":{port}"
@@ -204,7 +204,7 @@ class LeanClient:
         finally:
             if not done:
                 conn.close()  # an answer cut short (error, deadline) leaves the connection unusable
-        if keep and not conn.closed and not conn.buf and len(self._idle) < KEEP_IDLE:
+        if keep and not conn.closed and not conn.buf and len(self._idle) < self.keep_idle:
             self._idle.append(conn)
         else:
             conn.close()
