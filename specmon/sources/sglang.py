@@ -18,21 +18,19 @@ goes wrong becomes the state and reason of that arm's Sample.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import math
 import os
 from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
 
-# httpx (~0.16 s to import) is imported where it is used: the lean client (sources/http.py) does
-# the plain-http scrapes, httpx only TLS, proxies and injected transports.
+# httpx (~0.16 s to import) only when a scrape needs it (sources/get.py).
 if TYPE_CHECKING:
     import httpx
 
 from specmon import clock
 from specmon.model import ArmInfo, ArmSpec, RankReading, Sample, kv_usage_of
 from specmon.urls import without_credentials
-from specmon.sources import http
+from specmon.sources.get import GetFailed, SourceGet
 from specmon.sources.pace import pace_for
 from specmon.sources import sglang_names as names
 from specmon.sources.derive import ScrapeWindow
@@ -93,20 +91,6 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def is_loopback_url(url: str) -> bool:
-    """True for http(s)://127.x.x.x, [::1] and localhost."""
-    try:
-        host = (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _int(v: Optional[float]) -> Optional[int]:
     """A gauge that counts things (requests, tokens); None for NaN, +-Inf, a negative value or one
     past 2**63, which no count can be (an empty cell, never a crash or a made-up number)."""
@@ -118,41 +102,6 @@ def _int(v: Optional[float]) -> Optional[int]:
 def _nonneg(v: Optional[float]) -> Optional[float]:
     """A gauge that cannot be negative (usage, throughput, acceptance rate); else None."""
     return v if v is not None and math.isfinite(v) and v >= 0 else None
-
-
-def lean_target(url: str) -> Optional[tuple[str, int, str]]:
-    """(host, port, path prefix) when `url` can be scraped by the lean client (sources/http.py):
-    plain http, no user:password, no query, and no proxy in the environment that httpx would
-    send it through (a loopback server never is: see ArmCollector). Else None: httpx does it,
-    with everything it knows (TLS and SSL_CERT_FILE, proxies and NO_PROXY, credentials)."""
-    try:
-        u = urlsplit(url)
-        port = u.port or 80
-    except ValueError:
-        return None
-    if u.scheme != "http" or not u.hostname or u.username or u.password or u.query or u.fragment:
-        return None
-    if not is_loopback_url(url):
-        import urllib.request  # here, not at the top: ~20 ms of imports a loopback session never needs
-
-        proxies = urllib.request.getproxies()
-        if proxies.get("http") or proxies.get("all"):
-            return None
-    return u.hostname, port, u.path.rstrip("/")
-
-
-_SSL_CONTEXT: list = []
-
-
-def shared_ssl_context():
-    """One TLS context for every collector, made on first use (SSL_CERT_FILE/SSL_CERT_DIR honoured
-    as httpx honours them). httpx makes one per client otherwise, and loading the CA bundle holds
-    the event loop ~0.15 s on a 2-core machine: 12 workers joining a fleet held one tick ~2 s."""
-    if not _SSL_CONTEXT:
-        import httpx
-
-        _SSL_CONTEXT.append(httpx.create_ssl_context(trust_env=True))
-    return _SSL_CONTEXT[0]
 
 
 def ranks_from_metrics(snap: MetricsSnapshot) -> list[RankReading]:
@@ -241,42 +190,16 @@ class ArmCollector:
         self._metrics_probe_due = 0.0
         self._info_problem: Optional[str] = None
         self.scrape_started: Optional[float] = None  # wall time the running scrape began, None between scrapes
-        self._client: Optional[httpx.AsyncClient] = None
-        self._client_problem: Optional[str] = None
-        self._lean: Optional[http.LeanClient] = None
-        self._prefix = ""
-        target = lean_target(self.base) if transport is None else None
-        if target is not None:
-            host, port, self._prefix = target
-            self._lean = http.LeanClient(host, port, timeout_s)
-            return
-        import httpx
-
-        try:
-            # A proxy from the environment (HTTP_PROXY, ALL_PROXY...) is never used for a loopback
-            # server: it cannot reach this host's 127.0.0.1 and would be handed the bearer key.
-            # Other hosts keep httpx's environment handling (proxies, NO_PROXY); loopback keeps
-            # SSL_CERT_FILE/SSL_CERT_DIR through the SSL context made here.
-            if is_loopback_url(self.base):
-                self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False,
-                                                 trust_env=False, verify=shared_ssl_context())
-            else:
-                self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False,
-                                                 verify=shared_ssl_context())
-        except Exception as e:  # e.g. ALL_PROXY=socks5://... without socksio, or an unknown proxy scheme
-            self._client_problem = ("cannot set up HTTP from the environment's proxy or certificate settings "
-                                    f"({type(e).__name__}: {str(e)[:120]})")
+        # A proxy from the environment is never used for a loopback server (SourceGet says why).
+        self._http = SourceGet(self.base, timeout_s, transport)
 
     def peer_closed(self) -> bool:
         """Whether the server closed a connection kept for the next scrape: it may have exited
         (its kernel closes them at once), or it closes idle ones. Known for the lean client only."""
-        return self._lean is not None and self._lean.peer_closed()
+        return self._http.peer_closed()
 
     async def aclose(self) -> None:
-        if self._lean is not None:
-            await self._lean.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._http.aclose()
 
     # ---------------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -295,56 +218,28 @@ class ArmCollector:
             return await self._get_now(path, max_bytes)
 
     async def _get_now(self, path: str, max_bytes: int) -> tuple[int, bytes]:
-        if self._lean is not None:
-            return await self._lean_get(path, max_bytes)
-        import httpx
-
-        url = self.base + path
-        if self._client is None:
-            raise _Failure("error", self._client_problem or "no HTTP client")
         try:
-            async with self._client.stream("GET", url, headers=self._headers()) as r:
-                if r.status_code != 200:
-                    return r.status_code, b""
-                body = bytearray()
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise _TooLarge(f"{path} body over {_mib(max_bytes)}")
-                return 200, bytes(body)
-        except httpx.ConnectError as e:
-            if http.is_refused(e):
-                raise _Failure("refused", f"connection refused at {self.shown}")
-            words = without_credentials(str(e)) or type(e).__name__
-            if "name resolution" in words or "not known" in words or "No address associated" in words:
-                host = httpx.URL(self.base).host
-                raise _Failure("down", f"cannot resolve the name {host!r} ({words})")
-            raise _Failure("down", f"cannot connect to {self.shown}: {words}")
-        except httpx.TimeoutException:
-            raise _Failure("timeout", f"no answer from {self.shown}{path} within {self.timeout_s:g} s")
-        except httpx.TransportError as e:
-            raise _Failure("down", f"{url}: {type(e).__name__} {e}".strip())
-        except httpx.DecodingError as e:
-            raise _Failure("error", f"{url}: undecodable body ({str(e)[:80]})")
+            return await self._http.get(self.base + path, self._headers(), max_bytes)
+        except GetFailed as f:
+            raise self._failure(f, path, max_bytes) from None
 
-    async def _lean_get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
-        """_get through the lean client: the same states and reasons as through httpx."""
-        try:
-            return await self._lean.get(self._prefix + path, self._headers(), max_bytes)
-        except http.TooLarge:
-            raise _TooLarge(f"{path} body over {_mib(max_bytes)}")
-        except http.Refused:
-            raise _Failure("refused", f"connection refused at {self.shown}")
-        except http.Unresolved as e:
-            raise _Failure("down", f"cannot resolve the name {self._lean.host!r} ({e})")
-        except http.ConnectFailed as e:
-            raise _Failure("down", f"cannot connect to {self.shown}: {e}")
-        except http.ReadTimeout:
-            raise _Failure("timeout", f"no answer from {self.shown}{path} within {self.timeout_s:g} s")
-        except http.TransportError as e:
-            raise _Failure("down", f"{self.shown}{path}: {e}")
-        except http.Undecodable as e:
-            raise _Failure("error", f"{self.shown}{path}: undecodable body ({str(e)[:80]})")
+    def _failure(self, f: GetFailed, path: str, max_bytes: int) -> Exception:
+        """A failed GET as this arm's state and reason."""
+        if f.kind == "too_large":
+            return _TooLarge(f"{path} body over {_mib(max_bytes)}")
+        if f.kind == "refused":
+            return _Failure("refused", f"connection refused at {self.shown}")
+        if f.kind == "unresolved":
+            return _Failure("down", f"cannot resolve the name {urlsplit(self.base).hostname!r} ({f.words})")
+        if f.kind == "down":
+            return _Failure("down", f"cannot connect to {self.shown}: {f.words}")
+        if f.kind == "timeout":
+            return _Failure("timeout", f"no answer from {self.shown}{path} within {self.timeout_s:g} s")
+        if f.kind == "undecodable":
+            return _Failure("error", f"{self.shown}{path}: undecodable body ({f.words[:80]})")
+        if f.kind == "setup":
+            return _Failure("error", f.words)
+        return _Failure("down", f"{self.shown}{path}: {f.said}")
 
     # ---------------------------------------------------------------------------------------
     async def refresh_info(self) -> Optional[str]:

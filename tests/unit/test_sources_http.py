@@ -17,7 +17,8 @@ import pytest
 from helpers.simproc import start_sim
 from specmon.model import ArmSpec
 from specmon.sources import http
-from specmon.sources.sglang import ArmCollector, lean_target
+from specmon.sources.get import lean_target
+from specmon.sources.sglang import ArmCollector
 
 
 class RawServer:
@@ -211,8 +212,8 @@ def test_which_urls_the_lean_client_takes(monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     assert lean_target("http://gpu-7.internal:30000") is None  # httpx and its proxy handling
     assert lean_target("http://localhost:30000") is not None  # a proxy is never used for loopback
-    assert ArmCollector(ArmSpec("a", "http://gpu-7.internal:1"))._lean is None
-    assert ArmCollector(ArmSpec("a", "http://127.0.0.1:1"))._lean is not None
+    assert not ArmCollector(ArmSpec("a", "http://gpu-7.internal:1"))._http.is_lean("http://gpu-7.internal:1/metrics")
+    assert ArmCollector(ArmSpec("a", "http://127.0.0.1:1"))._http.is_lean("http://127.0.0.1:1/metrics")
 
 
 async def test_is_refused_reads_a_refusal_through_either_client_and_nothing_else():

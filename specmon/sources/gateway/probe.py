@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-# httpx (~0.16 s to import) is imported where it is used: the lean client (sources/http.py) does
-# the plain-http scrapes, httpx only TLS, proxies and injected transports.
+# httpx (~0.16 s to import) only when a GET needs it (sources/get.py).
 if TYPE_CHECKING:
     import httpx
 
