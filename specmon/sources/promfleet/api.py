@@ -7,15 +7,15 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
-# httpx (~0.16 s to import) is imported when a Prometheus fleet is read, not at every start.
+# httpx (~0.16 s to import) only when a GET needs it (sources/get.py).
 if TYPE_CHECKING:
     import httpx
 
-from specmon.sources.http import is_refused
+from specmon.sources.get import GetFailed, SourceGet
 from specmon.sources.promfleet.parse import Point, PromQueryError, api_data
-from specmon.urls import is_loopback
 
 MAX_BODY_BYTES = 64 * 2**20
+KEEP_IDLE = 16  # a poll asks all its queries at once: their connections are kept for the next poll
 
 
 def prometheus_base(url: str) -> str:
@@ -40,52 +40,42 @@ class _Api:
     def __init__(self, base: str, timeout_s: float, transport: Optional[httpx.AsyncBaseTransport] = None):
         self.base, self.timeout_s = base, timeout_s
         self.requests = 0
-        import httpx
-
-        if is_loopback(base):  # a proxy from the environment cannot reach this machine's loopback
-            self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=False,
-                                            follow_redirects=False)
-        else:
-            self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport, follow_redirects=False)
+        self._get = SourceGet(base, timeout_s, transport, keep_idle=KEEP_IDLE)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self._get.aclose()
 
     async def get(self, path: str, params: Optional[dict[str, str]] = None) -> Any:
         self.requests += 1
-        url = self.base + path
         try:
-            return await asyncio.wait_for(self._get(url, params), self.timeout_s)
+            # the client's timeout bounds each read, not an answer that trickles in
+            status, body = await asyncio.wait_for(
+                self._get.get(self.base + path, {}, MAX_BODY_BYTES, params=params, body_for=None), self.timeout_s)
         except asyncio.TimeoutError:
             raise PromQueryError(f"no complete answer within {self.timeout_s:g} s", "timeout") from None
-
-    async def _get(self, url: str, params: Optional[dict[str, str]]) -> Any:
-        import httpx
-
-        try:
-            async with self.client.stream("GET", url, params=params) as r:
-                body = bytearray()
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BODY_BYTES:
-                        raise PromQueryError(f"answer over {MAX_BODY_BYTES // 2**20} MiB", "bad_answer")
-                status = r.status_code
-        except httpx.ConnectError as e:
-            if is_refused(e):
-                raise PromQueryError(f"connection refused at {self.base}", "refused") from None
-            raise PromQueryError(f"cannot connect to {self.base}: {str(e)[:160] or type(e).__name__}", "down") from None
-        except httpx.TimeoutException:
-            raise PromQueryError(f"no answer within {self.timeout_s:g} s", "timeout") from None
-        except httpx.HTTPError as e:
-            raise PromQueryError(f"{type(e).__name__}: {str(e)[:160]}", "down") from None
+        except GetFailed as f:
+            raise self._error(f) from None
         if status != 200:
             try:
-                api_data(bytes(body))
+                api_data(body)
             except PromQueryError as e:
                 if e.kind != "bad_answer":
                     raise PromQueryError(f"HTTP {status}, {e.message}", e.kind) from None
             raise PromQueryError(f"HTTP {status}", "error")
-        return api_data(bytes(body))
+        return api_data(body)
+
+    def _error(self, f: GetFailed) -> PromQueryError:
+        if f.kind == "too_large":
+            return PromQueryError(f"answer over {MAX_BODY_BYTES // 2**20} MiB", "bad_answer")
+        if f.kind == "refused":
+            return PromQueryError(f"connection refused at {self.base}", "refused")
+        if f.kind in ("unresolved", "down"):
+            return PromQueryError(f"cannot connect to {self.base}: {f.words[:160]}", "down")
+        if f.kind == "timeout":
+            return PromQueryError(f"no answer within {self.timeout_s:g} s", "timeout")
+        if f.kind == "setup":
+            return PromQueryError(f.words, "error")
+        return PromQueryError(f"{f.cause}: {f.words[:160]}", "down")
 
 
 async def _gather_queries(api: _Api, path: str, queries: dict[str, str], params: dict[str, str],
