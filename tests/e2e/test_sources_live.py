@@ -12,7 +12,7 @@ import httpx
 from helpers.simproc import free_port, start_sim
 from specmon.model import ArmInfoUpdated, ArmSpec, KneeCalled, SessionEnded
 from specmon.session.live import LiveSession
-from helpers.sources_live import rows, run_for, ticks
+from helpers.sources_live import last_answered, rows, run_for, ticks
 
 SPEED = 20.0
 
@@ -147,3 +147,36 @@ async def test_server_dies_and_returns_gap_visible(tmp_path):
     assert sum(s.server_restarted for s in states) <= 1
     csv_ups = [x["up"] for x in rows(tmp_path)]
     assert csv_ups.count("0") == len(down)
+
+
+async def test_unauthorized_and_key_from_env(tmp_path, monkeypatch):
+    with start_sim("--profile", "nvfp4-mtp", "--api-key", "sk-test-secret", speed=SPEED) as sim:
+        live = LiveSession([ArmSpec("nokey", sim.url)], interval=0.25, out_dir=tmp_path / "a")
+        _, events = await run_for(live, 1.2)
+        s = last_answered(events)
+        # No --enable-metrics: both /server_info and /v1/loads want the key.
+        assert not s.up and s.state == "unauthorized" and "401" in s.reason and "--api-key-env" in s.reason
+        monkeypatch.setenv("SPECMON_TEST_KEY", "sk-test-secret")
+        live = LiveSession([ArmSpec("withkey", sim.url, api_key_env="SPECMON_TEST_KEY")], interval=0.25,
+                           out_dir=tmp_path / "b")
+        _, events = await run_for(live, 1.2)
+        s = last_answered(events)
+        assert s.up and s.state == "up" and s.source == "loads"
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            assert "sk-test-secret" not in p.read_text()
+
+
+async def test_live_session_without_ramp_or_supervisor_marks(tmp_path):
+    with start_sim("--enable-metrics", speed=SPEED) as sim:
+        live = LiveSession([ArmSpec("a", sim.url)], interval=0.25, out_dir=tmp_path)
+
+        async def marker() -> None:
+            await asyncio.sleep(0.6)
+            live.mark("fan noise")
+
+        _, events = await run_for(live, 1.2, marker())
+    r = rows(tmp_path)
+    marks = [x for x in r if x["marker"]]
+    assert len(marks) == 1 and marks[0]["arm"] == "" and marks[0]["marker"] == "fan noise"
+    assert json.loads((tmp_path / "session.json").read_text())["markers"][0]["label"] == "fan noise"

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import textwrap
 import time
 from pathlib import Path
 
 import psutil
+
+from specmon.servers.layout import parse_layout
+from specmon.sources import logparse as lp
 
 from helpers.simproc import group_pids
 
@@ -75,3 +79,38 @@ def server_pids(specmon_pid: int, session: Path) -> list[int]:
 
 def exit_reason(session: Path):
     return json.loads((session / "session.json").read_text())["exit_reason"]
+
+
+# ---- layouts the launch tests start ------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
+
+
+def layout_of(text: str):
+    head, sep, body = text.partition("arms:")
+    return parse_layout(textwrap.dedent(head) + sep + textwrap.dedent(body), "test.yaml", env={})[0]
+
+
+DATA = REPO / "tests" / "data"
+# Prints a real SGLang log (its port number replaced by the one specmon gave, with "own"), then
+# lives on deaf to SIGTERM, as SGLang 0.5.10 does after failing to bind its port; "exit N" ends
+# with that code after the lines instead.
+REPLAY = "\n".join([
+    "import signal, sys, time",
+    "path, mode = sys.argv[1], sys.argv[2]",
+    "port = sys.argv[sys.argv.index('--port') + 1]",
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)",
+    "for line in open(path):",
+    "    print(line.rstrip('\\n').replace('39113', port) if mode == 'own' else line.rstrip('\\n'), flush=True)",
+    "if mode.startswith('exit'):",
+    "    sys.exit(int(mode.split()[1]))",
+    f"if mode == 'other':\n    print({lp.READY_TEXT!r}, flush=True)",
+    "time.sleep(600)",
+])
+
+
+def replay_arm(name: str, fixture: str, mode: str) -> str:
+    return (f"  - name: {name}\n    launch:\n      command: [python, -c, {json.dumps(REPLAY)}, "
+            f"{json.dumps(str(DATA / fixture))}, {json.dumps(mode)}]\n")
+

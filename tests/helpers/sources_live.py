@@ -30,3 +30,8 @@ def ticks(events) -> list[SamplesTick]:
 def rows(out: Path) -> list[dict]:
     with open(out / "samples.csv", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def last_answered(events):
+    """The newest sample of the first arm that is not a missed tick deadline (a busy machine's)."""
+    return [t.samples[0] for t in ticks(events) if t.samples[0].state != "timeout"][-1]

@@ -15,23 +15,18 @@ import ast
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Optional
 
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.simproc import REPO, free_port, start_sim
+from helpers.simproc import REPO, free_port
 from specmon.exporter import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Exporter
 from specmon.model import (
     ArmSpec, KneeCalled, LevelStarted, RampFinished, RequestFinished, RequestRecord, Sample, SamplesTick,
     SessionEnded, SessionStarted,
 )
-from helpers.exporter import get_text, listening, poll_metrics, scrape, specmon_cmd, value
+from helpers.exporter import get_text, listening, scrape, specmon_cmd, value
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -319,24 +314,3 @@ def test_metrics_host_not_on_this_machine_is_one_line_exit_2(tmp_path):
 
 
 
-def test_attach_exports_scrape_health_and_no_ramp_series(tmp_path):
-    mport = free_port()
-    with start_sim("--profile", "fp8-mtp", "--enable-metrics", speed=50) as sim:
-        proc = subprocess.Popen(specmon_cmd("attach", "--name", f"watch={sim.url}", "--interval", "0.25",
-                                            "--duration", "3", "--headless", "--out", tmp_path / "s",
-                                            "--metrics-port", mport),
-                                cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            answers = poll_metrics(proc, f"http://127.0.0.1:{mport}/metrics")
-            _, stderr = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert proc.returncode == 0, stderr[-2000:]
-    ups = [a["specmon_arm_up"] for a in answers if "specmon_arm_up" in a]
-    assert ups and ups[-1] == {(("arm", "watch"),): 1.0}
-    # no ramp: no offered concurrency, no level, no requests (unknown, not 0)
-    for a in answers:
-        assert "specmon_offered_concurrency" not in a and "specmon_ramp_level" not in a
-        assert "specmon_requests_total" not in a
-    assert any("specmon_server_kv_usage_ratio" in a for a in answers)

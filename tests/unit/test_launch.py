@@ -2,8 +2,6 @@
 `command:` override: real processes, real HTTP, real process groups."""
 
 import asyncio
-import json
-import re
 import signal
 import socket
 import subprocess
@@ -19,18 +17,12 @@ from specmon.errors import ServerError
 from specmon.model import ArmPhase, LogLine
 from specmon.servers.launch import Supervisor
 from specmon.servers.layout import parse_layout
-from specmon.sources import logparse as lp
 
-from helpers.simproc import group_pids
-from helpers.launch import gone
+from helpers.launch import SIM, gone, layout_of, replay_arm
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
 
 
-def layout_of(text: str):
-    head, sep, body = text.partition("arms:")
-    return parse_layout(textwrap.dedent(head) + sep + textwrap.dedent(body), "test.yaml", env={})[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,52 +108,6 @@ async def test_startup_timeout_kills_the_server(tmp_path):
         sup.stop()
 
 
-async def test_mid_ramp_crash_fails_that_arm_only(tmp_path):
-    """A server that dies while serving: its arm fails with the cause, the other keeps serving;
-    a restart (between levels) brings it back."""
-    import httpx
-
-    layout = layout_of(SIM + """
-        arms:
-          - name: crashy
-            launch: {flags: {profile: fp8-mtp, speed: 100, fault_crash_after: 2}}
-          - name: steady
-            launch: {flags: {profile: fp8-mtp, speed: 100}}
-        """)
-    events = []
-    sup = Supervisor(layout, tmp_path)
-    try:
-        await sup.start(events.append)
-        urls = {a.name: a.url for a in sup.arms}
-        body = {"input_ids": [1] * 64, "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
-        async with httpx.AsyncClient(timeout=30) as client:
-            for _ in range(3):
-                try:
-                    await client.post(urls["crashy"] + "/generate", json=body)
-                except httpx.HTTPError:
-                    pass
-            for _ in range(40):
-                if sup.failed():
-                    break
-                await asyncio.sleep(0.25)
-            assert "crashy" in sup.failed() and "Fault injection" in " ".join(sup.launched["crashy"].tail)
-            failed_events = [e for e in events if isinstance(e, ArmPhase) and e.phase == "failed"]
-            assert [e.arm for e in failed_events] == ["crashy"] and failed_events[0].detail
-            r = await client.post(urls["steady"] + "/generate", json=body)
-            assert r.status_code == 200
-            # the Sample for the dead arm says failed, with the cause
-            from specmon.model import Sample
-
-            s = sup.fill_from_log(Sample(ts=time.time(), arm="crashy", up=False, state="refused"))
-            assert s.state == "failed" and s.reason == sup.failed()["crashy"]
-            await sup.restart(events.append)
-            assert not sup.failed()
-            r = await client.post(urls["crashy"] + "/generate", json=body)
-            assert r.status_code == 200
-    finally:
-        sup.stop()
-
-
 async def test_log_source_fills_a_scrape(tmp_path):
     """Without --enable-metrics the log lines give running/queue/usage/throughput/accept length."""
     import httpx
@@ -208,50 +154,6 @@ async def test_log_source_fills_a_scrape(tmp_path):
 
 # ---- SGLang's own start-up failures, replayed from the real logs in tests/data -----------------
 
-DATA = REPO / "tests" / "data"
-# Prints a real SGLang log (its port number replaced by the one specmon gave, with "own"), then
-# lives on deaf to SIGTERM, as SGLang 0.5.10 does after failing to bind its port; "exit N" ends
-# with that code after the lines instead.
-REPLAY = "\n".join([
-    "import signal, sys, time",
-    "path, mode = sys.argv[1], sys.argv[2]",
-    "port = sys.argv[sys.argv.index('--port') + 1]",
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)",
-    "for line in open(path):",
-    "    print(line.rstrip('\\n').replace('39113', port) if mode == 'own' else line.rstrip('\\n'), flush=True)",
-    "if mode.startswith('exit'):",
-    "    sys.exit(int(mode.split()[1]))",
-    f"if mode == 'other':\n    print({lp.READY_TEXT!r}, flush=True)",
-    "time.sleep(600)",
-])
-
-
-def replay_arm(name: str, fixture: str, mode: str) -> str:
-    return (f"  - name: {name}\n    launch:\n      command: [python, -c, {json.dumps(REPLAY)}, "
-            f"{json.dumps(str(DATA / fixture))}, {json.dumps(mode)}]\n")
-
-
-async def test_bind_error_after_loading_fails_the_arm_at_once(tmp_path):
-    """SGLang's bind error on the arm's own port (after loading weights) fails the arm as soon as
-    the line appears, named, instead of minutes later as "exited with code -9"; the same line about
-    another port is not this server's failure."""
-    layout = parse_layout("startup_timeout_s: 60\narms:\n" + replay_arm("taken", "sglang_real_bind_in_use.log", "own")
-                          + replay_arm("other", "sglang_real_bind_in_use.log", "other"), "t.yaml", env={})[0]
-    sup = Supervisor(layout, tmp_path, grace_s=2)
-    try:
-        t0 = time.monotonic()
-        await sup.start(lambda e: None)
-        took = time.monotonic() - t0
-        port = sup.launched["taken"].port
-        assert sup.failed() == {"taken": f"port {port} already in use (SGLang could not bind 127.0.0.1:{port}; "
-                                         "another process holds it)"}
-        assert took < 15, took  # the line, then TERM (ignored) and KILL 2 s later
-        assert gone([sup.launched["taken"].proc.pid]) == []
-        assert sup.launched["other"].ready
-    finally:
-        sup.stop()
-
-
 async def test_speculative_assert_named(tmp_path):
     layout = parse_layout("arms:\n" + replay_arm("spec", "sglang_real_spec_assert.log", "exit 1"), "t.yaml", env={})[0]
     sup = Supervisor(layout, tmp_path)
@@ -265,30 +167,7 @@ async def test_speculative_assert_named(tmp_path):
         sup.stop()
 
 
-# ---- shutdown: no orphans ------------------------------------------------------------------
-
-GRANDCHILD = """
-        arms:
-          - name: a
-            launch:
-              # a grandchild in the server's group, like SGLang's scheduler/detokenizer processes
-              command: [bash, -c, 'sleep 300 & exec {py} -m specmon.servers.sim "$@"', sim]
-              flags: {{profile: fp8-mtp, speed: 50}}
-          - name: b
-            launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
-"""
-
-
-async def test_stop_kills_every_process_of_every_group(tmp_path):
-    layout = layout_of(SIM + GRANDCHILD.format(py=sys.executable))
-    sup = Supervisor(layout, tmp_path, grace_s=3)
-    await sup.start(lambda e: None)
-    pids = [p for a in sup.launched.values() for p in group_pids(a.proc.pid)]
-    assert len(pids) >= 3  # bash->sim, its sleep, and b
-    sup.stop()
-    sup.stop()  # idempotent
-    assert gone(pids) == []
-
+# ---- shutdown: no orphans (the kill of every group is in tests/e2e/test_launch_supervised.py) ---
 
 def test_sigterm_during_startup_stops_at_once(tmp_path):
     """A server still loading (minutes on a GPU) must not hold up Ctrl-C/SIGTERM."""
