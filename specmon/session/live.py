@@ -18,13 +18,9 @@ writer (folder.py) first, then the front end (`fan_out`). Typed parts plug in:
 from __future__ import annotations
 
 import asyncio
-import csv
 import dataclasses
 import math
-import os
 import time
-from array import array
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
@@ -37,8 +33,8 @@ from specmon.model import (
     LaunchContext, Marker, NoAnswer, ObservedKneesUpdated, ObservedRequestsRead, PredictedKnee, Sample, SamplesTick,
     SessionEnded, SessionStarted,
 )
-from specmon.session import codec
 from specmon.session.folder import SessionWriter, default_out_dir, public_url
+from specmon.session.level_samples import LevelSamples
 from specmon.session.source import Emit, FleetSource, Supervision, fan_out
 from specmon.sources.host import HostCollector
 from specmon.sources.nvml import NvmlReader
@@ -53,12 +49,9 @@ if TYPE_CHECKING:
     from specmon.session.segments import Rotation
 
 # The samples a ramp level's statistics read (RampHost.samples_for) are its own: in memory only
-# while a level runs, from its start, at most SAMPLES_KEPT of them across the arms (a Sample is
-# about 2 KB: some 20 MiB), SAMPLES_MIN_PER_ARM at least per arm. A level that outlasts its
-# ring reads its earlier samples back from samples.csv, which holds every one. Without a ramp
-# nothing reads them and nothing is kept: a session's history is its CSVs.
-SAMPLES_KEPT = 10_800
-SAMPLES_MIN_PER_ARM = 120
+# while a level runs, from its start, only the fields the statistics read, bounded however long
+# the level (level_samples.py); never read back from the folder. Without a ramp nothing reads
+# them and nothing is kept: a session's history is its CSVs.
 
 # A gateway's workers are scraped in turn, not all on every tick: reading a worker's /metrics
 # costs ~1.5 ms of CPU, so 64 workers every second were most of a headless session's share of a
@@ -149,9 +142,7 @@ class LiveSession:
         self._unreachable: set[str] = set()  # arms whose last direct scrape did not answer
         self._scraped: dict[str, Sample] = {}  # fleet worker -> its newest scrape's Sample (scraped in turn)
         self._scraped_ts: dict[str, float] = {}  # ... and when that scrape's tick was
-        self.writer: Optional[SessionWriter] = SessionWriter(
-            # a ramp level reads its samples back from samples.csv by offset: no rotation under a ramp
-            self.out_dir, rotation=rotation if ramp is None else None) if record else None
+        self.writer: Optional[SessionWriter] = SessionWriter(self.out_dir, rotation=rotation) if record else None
         self._nvml = nvml
         self._simgpu = SimulatedGpuPoller(keep_s=3 * interval, every_s=max(interval, 2.0))  # simulated arms' cards
         self._collectors: dict[str, ArmCollector] = {}
@@ -159,9 +150,7 @@ class LiveSession:
         self._info_seen: dict[str, int] = {}
         self._closing: list[asyncio.Future] = []  # collectors of workers that left, closing
         self._predicted: dict[str, PredictedKnee] = {}
-        self._samples: dict[str, deque[Sample]] = {}  # the running level's, per arm (above)
-        self._dropped: dict[str, array] = {}  # per arm, the exact ts of each sample its ring let go
-        self._csv_from = 0  # samples.csv's size when the running level started
+        self._level_samples = LevelSamples()  # the running level's, every arm's (above)
         self._level: Optional[int] = None
         self._offered: Optional[int] = None
         self._emit: Emit = self.writer if self.writer is not None else (lambda e: None)
@@ -176,65 +165,18 @@ class LiveSession:
     # ---- what the ramp and the UI call --------------------------------------------------------
     def set_level(self, level: Optional[int], offered: Optional[int]) -> None:
         if level != self._level:  # a new level (or none): nothing asks for the older samples
-            self._samples, self._dropped = {}, {}
-            self._csv_from = self._csv_size()
+            self._level_samples = LevelSamples()
         self._level, self._offered = level, offered
 
     def samples_for(self, arm: str, t0: float, t1: float) -> list[Sample]:
         if self._ramp_fleet(arm) is not None:  # the ramp's gateway: its workers' sums
             return fleet_samples({w.name: self.samples_for(w.name, t0, t1) for w in self.fleet_workers(arm)}, arm)
-        kept = [s for s in self._samples.get(arm, ()) if t0 <= s.ts <= t1]
-        dropped = self._dropped.get(arm)
-        if dropped and dropped[-1] >= t0:  # the ring let some of the window go
-            return [s for s in self._read_back(arm, dropped) if t0 <= s.ts <= t1] + kept
-        return kept
+        return self._level_samples.samples(arm, t0, t1)
 
     def _keep(self, arm: str, s: Sample) -> None:
-        """The running level's samples, for its statistics (SAMPLES_KEPT above)."""
-        if self.ramp is None or self._level is None:
-            return
-        ring = self._samples.get(arm)
-        if ring is None:
-            per_arm = max(SAMPLES_MIN_PER_ARM, SAMPLES_KEPT // max(1, len(self.arms)))
-            ring = self._samples[arm] = deque(maxlen=per_arm)
-        if len(ring) == ring.maxlen:
-            self._dropped.setdefault(arm, array("d")).append(ring[0].ts)  # 8 bytes, not 2 KB
-        ring.append(s)
-
-    def _csv_size(self) -> int:
-        try:
-            return os.path.getsize(self.out_dir / "samples.csv") if self.writer is not None else 0
-        except OSError:
-            return 0
-
-    def _read_back(self, arm: str, dropped: array) -> list[Sample]:
-        """The samples arm's ring let go this level, from samples.csv: its first rows since the
-        level started (written as they happen, in the order kept), one per stamp in `dropped`,
-        which gives each its exact ts (the cell has 1 ms). The other cells hold 6 significant
-        digits: what a level that outlasts its ring computes from. Fewer when the folder cannot
-        be read (no writer: none)."""
-        if self.writer is None:
-            return []
-        out: list[Sample] = []
-        try:
-            with open(self.out_dir / "samples.csv", newline="", encoding="utf-8") as f:
-                header = next(csv.reader([f.readline()]))
-                f.seek(max(self._csv_from, f.tell()))
-                for cells in csv.reader(f):
-                    row = dict(zip(header, cells))
-                    if row.get("arm") != arm or row.get("marker") or row.get("dp_rank"):
-                        continue  # another arm, a marker, a DP rank's row under its worker's
-                    try:
-                        s = codec.from_row(Sample, row)
-                    except (ValueError, TypeError):
-                        s = Sample(ts=0.0, arm=arm, up=False, state="error", reason="unreadable samples.csv row")
-                    s.ts = dropped[len(out)]
-                    out.append(s)
-                    if len(out) == len(dropped):
-                        break
-        except (OSError, StopIteration, csv.Error):
-            pass
-        return out
+        """The running level's samples, for its statistics (level_samples.py)."""
+        if self.ramp is not None and self._level is not None:
+            self._level_samples.add(arm, s)
 
     def info(self, arm: str) -> Optional[ArmInfo]:
         c = self._collectors.get(arm)
@@ -418,8 +360,8 @@ class LiveSession:
             self.arms = [a for a in self.arms if a.name != name]
             self._fleet_only.discard(name)
             # its history is in the CSVs; a fleet whose workers come and go under new names must
-            # not grow a ring per name forever
-            self._samples.pop(name, None)
+            # not keep samples per name forever
+            self._level_samples.drop(name)
             self._scraped.pop(name, None)
             self._scraped_ts.pop(name, None)
             c = self._collectors.pop(name, None)

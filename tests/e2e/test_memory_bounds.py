@@ -1,7 +1,7 @@
 """What a session holds in memory stays bounded while its record stays whole (real simulator).
 
-- A ramp level keeps its own samples, in a ring; one that outgrows the ring reads the earlier
-  ones back from samples.csv: the level's statistics see every sample of its window.
+- A ramp level keeps its own samples in memory, only the fields its statistics read, never
+  reading samples.csv back; past its budget a level is thinned to one tick in 2, 4, ...
 - Without a ramp no sample is kept at all (nothing reads them); samples.csv has every tick.
 - A finished request keeps its token stamps compacted, and the ramp lets a level's requests
   go once the next level starts; requests.csv has every request.
@@ -13,16 +13,15 @@ import pytest
 
 from helpers.simproc import start_sim
 from specmon.model import ArmSpec, LevelFinished, RampPlan, SamplesTick
-from specmon.session import live as live_mod
+from specmon.session import level_samples
 from specmon.session.live import LiveSession
 from specmon.session.ramp import RampDriver
 from helpers.memory_bounds import csv_rows
 
 
-def test_a_level_longer_than_its_ring_reads_its_first_samples_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(live_mod, "SAMPLES_KEPT", 4)
-    monkeypatch.setattr(live_mod, "SAMPLES_MIN_PER_ARM", 4)
-    # 30 simulated s a level at x10: 3 s of wall time, ~30 ticks of 0.1 s in a ring of 4
+def test_a_level_past_its_budget_is_thinned_never_read_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(level_samples, "KEPT_BYTES", 4 * level_samples.ROW_BYTES)
+    # 30 simulated s a level at x10: 3 s of wall time, ~30 ticks of 0.1 s in a budget of 4 rows
     plan = RampPlan(levels=[2, 3], input_len=64, output_len=24, level_duration_s=30, settle_s=5)
     ticks, ring_sizes, checked = [], [], []
     with start_sim("--enable-metrics", "--profile", "fp8-mtp", speed=10) as sim:
@@ -33,24 +32,27 @@ def test_a_level_longer_than_its_ring_reads_its_first_samples_back(tmp_path, mon
         def emit(e):
             if isinstance(e, SamplesTick):
                 ticks.append(e)
-                ring_sizes.append(len(live._samples.get("sim", ())))
+                ring_sizes.append(live._level_samples.rows)
             elif isinstance(e, LevelFinished):
-                # what the level was computed from (its window), while the ring still holds it
+                # what the level was computed from (its window), while the level's samples are kept
                 w = ramp.last_window
                 got = live.samples_for("sim", w.t0, w.t1)
+                stride = live._level_samples.stride
+                level_ticks = [t for t in ticks if t.samples[0].level == e.level]
+                kept = {t.ts for t in level_ticks[::stride]}  # the level's first tick, then one in `stride`
                 seen = [s for t in ticks for s in t.samples if w.t0 <= s.ts <= w.t1]
-                checked.append((e.results[0], got, seen))
+                checked.append((e.results[0], got, seen, [s for s in seen if s.ts in kept], stride))
 
         reason = asyncio.run(live.run(emit, asyncio.Event()))
     assert reason == "ramp done"
     assert max(ring_sizes) == 4  # bounded, and full
     assert len(checked) == 2
-    for result, got, seen in checked:
-        assert len(seen) >= 10  # the window outlasted the ring (4) several times over (~25 ticks idle)
-        assert [s.ts for s in got] == pytest.approx([s.ts for s in seen], abs=1e-3)
-        assert [s.running_reqs for s in got] == [s.running_reqs for s in seen]
-        assert [s.up for s in got] == [s.up for s in seen]
-        running = [s.running_reqs for s in seen if s.up and s.running_reqs is not None]
+    for result, got, seen, thinned, stride in checked:
+        assert len(seen) >= 10 and stride >= 4  # the window outlasted the budget (4) several times over
+        assert [s.ts for s in got] == [s.ts for s in thinned]
+        assert [s.running_reqs for s in got] == [s.running_reqs for s in thinned]
+        assert [s.up for s in got] == [s.up for s in thinned]
+        running = [s.running_reqs for s in thinned if s.up and s.running_reqs is not None]
         assert result.running_mean == pytest.approx(sum(running) / len(running))
     # the record is whole: a samples.csv row per arm per tick, events.jsonl a line per tick
     rows = [r for r in csv_rows(tmp_path / "samples.csv") if r["arm"] == "sim" and not r["dp_rank"]]
@@ -69,7 +71,7 @@ def test_attach_keeps_no_samples_and_records_every_tick(tmp_path):
         def emit(e):
             if isinstance(e, SamplesTick):
                 ticks.append(e)
-                kept.append(sum(len(r) for r in live._samples.values()))
+                kept.append(live._level_samples.rows)
                 if len(ticks) == 40:
                     stop.set()
 
