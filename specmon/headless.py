@@ -302,7 +302,7 @@ def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: T
         loop = asyncio.get_running_loop()
         def stop_because(why: str) -> None:
             if not stop.is_set():
-                live.stop_reason = why
+                live.stop_cause = why
                 stop.set()
 
         for sig, why in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"), (signal.SIGHUP, "hangup")):
@@ -311,7 +311,7 @@ def run_headless(live: SessionSource, duration_s: Optional[float] = None, out: T
             except (NotImplementedError, RuntimeError):
                 pass
         if duration_s is not None:
-            loop.call_later(duration_s, stop_because, "duration reached")
+            loop.call_later(duration_s, stop_because, "duration")
         return await live.run(printer, stop)
 
     with fewer_young_collections():  # a wave of requests' tasks and records: see there

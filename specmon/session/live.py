@@ -71,21 +71,18 @@ FLEET_EVERY_TICK = 8
 OBSERVED_EVERY_S = 5.0
 
 
-# A front end stops a session for a signal's name or "duration reached" (LiveSession.stop_reason);
-# the session itself ends as "ramp <how>", "recording failed: ...", "cancelled" or "error: ...".
-_SIGNALLED = ("interrupted", "terminated", "hangup")
+# Why a front end stops a session (LiveSession.stop_cause, one of model.END_CAUSES) and the words
+# the session ends with for it. The session's own ends carry their cause from where they happen
+# (the tick loop returns it beside the words): no cause is ever read back out of the words.
+STOP_WORDS = {"duration": "duration reached", "interrupted": "interrupted", "terminated": "terminated",
+              "hangup": "hangup", "stopped": "stopped"}
 
 
-def end_cause(reason: str) -> str:
-    """SessionEnded.cause (one of model.END_CAUSES) for the reason this module ended a session with."""
-    if reason in _SIGNALLED or reason == "cancelled":
-        return reason
-    if reason == "duration reached":
-        return "duration"
-    for prefix, cause in (("ramp ", "ramp ended"), ("recording failed", "recording failed"), ("error", "error")):
-        if reason.startswith(prefix):
-            return cause
-    return "stopped"
+def _stopped(cause: Optional[str], otherwise: str = "stopped") -> tuple[str, str]:
+    """(cause, words) of a stop a front end asked for (its cause), or of one nobody explained."""
+    if cause is None:
+        return "stopped", otherwise
+    return cause, STOP_WORDS.get(cause, cause)
 
 
 class LiveSession:
@@ -159,8 +156,8 @@ class LiveSession:
         self.ticks = 0
         self.observed = ObservedCurves()  # every arm's operating curve, from its own samples
         self._observed_said = time.monotonic()
-        # Whoever sets the stop event may say why first (e.g. "duration reached", "interrupted").
-        self.stop_reason: Optional[str] = None
+        # Whoever sets the stop event may say why first (STOP_WORDS' keys: "duration", "interrupted").
+        self.stop_cause: Optional[str] = None
 
     # ---- what the ramp and the UI call --------------------------------------------------------
     def set_level(self, level: Optional[int], offered: Optional[int]) -> None:
@@ -237,7 +234,7 @@ class LiveSession:
     # ---- the loop -----------------------------------------------------------------------------
     async def run(self, emit: Emit, stop: asyncio.Event) -> str:
         emit = self._emit = fan_out(self.writer, emit, *self.consumers)
-        reason = "stopped"
+        cause, reason = "stopped", "stopped"
         ramp_task: Optional[asyncio.Task] = None
         try:
             arms = self.supervisor.arms if self.supervisor is not None else self.arms
@@ -252,7 +249,7 @@ class LiveSession:
                 if not starting.done():
                     starting.cancel()
                     await asyncio.gather(starting, return_exceptions=True)
-                    reason = self.stop_reason or "stopped during startup"
+                    cause, reason = _stopped(self.stop_cause, "stopped during startup")
                     return reason
                 starting.result()
                 self.arms = list(self.supervisor.arms)
@@ -261,13 +258,13 @@ class LiveSession:
                 await self._poll_fleets(emit, deadline_s=max(self.interval * 0.8, min(2.0, self.scrape_timeout_s)))
             if self.ramp is not None:
                 ramp_task = asyncio.create_task(self.ramp.run(emit, self))
-            reason = await self._tick_loop(emit, stop, ramp_task)
+            cause, reason = await self._tick_loop(emit, stop, ramp_task)
         except asyncio.CancelledError:
             # cancelled after a stop was asked (a front end that stopped waiting): the stop's why
-            reason = self.stop_reason or "cancelled"
+            cause, reason = _stopped(self.stop_cause) if self.stop_cause else ("cancelled", "cancelled")
             raise
         except Exception as e:
-            reason = f"error: {type(e).__name__}: {e}"
+            cause, reason = "error", f"error: {type(e).__name__}: {e}"
             raise
         finally:
             if ramp_task is not None and not ramp_task.done():
@@ -293,7 +290,7 @@ class LiveSession:
             except Exception:
                 pass
             try:
-                emit(SessionEnded(reason=reason, cause=end_cause(reason), never_answered=self._never_answered()))
+                emit(SessionEnded(reason=reason, cause=cause, never_answered=self._never_answered()))
             except Exception:
                 pass
         return reason
@@ -400,7 +397,7 @@ class LiveSession:
         if self._nvml is not None:
             self._nvml.close()
 
-    async def _tick_loop(self, emit: Emit, stop: asyncio.Event, ramp_task: Optional[asyncio.Task]) -> str:
+    async def _tick_loop(self, emit: Emit, stop: asyncio.Event, ramp_task: Optional[asyncio.Task]) -> tuple[str, str]:
         start = time.monotonic()
         while True:
             tick_start = time.monotonic()
@@ -411,14 +408,14 @@ class LiveSession:
                 await self._read_request_metrics(emit)
             if self.writer is not None and self.writer.error is not None:
                 # The folder cannot take more (full disk): stop cleanly, rows written stay whole.
-                return f"recording failed: {self.writer.error}"
+                return "recording failed", f"recording failed: {self.writer.error}"
             if ramp_task is not None and ramp_task.done() and not self.keep_watching:
                 exc = ramp_task.exception()
                 if exc is not None:
                     raise exc
-                return f"ramp {ramp_task.result() or 'done'}"
+                return "ramp ended", f"ramp {ramp_task.result() or 'done'}"
             if stop.is_set():
-                return self.stop_reason or "stopped"
+                return _stopped(self.stop_cause)
             # Ticks are on a fixed grid: a slow tick shortens the next wait, never shifts the grid.
             self.ticks += 1
             next_at = start + self.ticks * self.interval
@@ -431,7 +428,7 @@ class LiveSession:
             done, _ = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             waiters[0].cancel()
             if stop.is_set():
-                return self.stop_reason or "stopped"
+                return _stopped(self.stop_cause)
 
     async def _read_request_metrics(self, emit: Emit) -> None:
         """The export files' new lines, as events (the reads in a thread: a slow disk never holds the loop)."""

@@ -77,7 +77,7 @@ class ReplaySource:
         self.speed = speed
         self.out_dir: Optional[Path] = folder
         self.mode_label = f"replay ×{speed:g}"
-        self.stop_reason: Optional[str] = None
+        self.stop_cause: Optional[str] = None
         self._emit: Emit = lambda e: None
         self._resume = asyncio.Event()
         self._resume.set()

@@ -60,7 +60,7 @@ class SessionSource(Protocol):
     arms: list[ArmSpec]
     out_dir: Optional[Path]  # where it is recorded (a replay: the folder it plays)
     mode_label: str  # "live" | "replay x2" ...: the status bar's words
-    stop_reason: Optional[str]  # whoever sets the stop event may say why first
+    stop_cause: Optional[str]  # whoever sets the stop event may say why first (model.END_CAUSES)
 
     async def run(self, emit: Emit, stop: asyncio.Event) -> str:
         """Emit the session's events until it ends or `stop` is set; the exit reason."""

@@ -135,8 +135,8 @@ class SpecmonApp(App[str]):
                 pass  # not the main thread (tests), or no signals on this platform
 
     def _quit_because(self, why: str, sig: int) -> None:
-        if self.live.stop_reason is None:
-            self.live.stop_reason = why
+        if self.live.stop_cause is None:
+            self.live.stop_cause = why
         self.exit_reason = self.exit_reason or why
         self.run_worker(self._end_on_signal(sig), group="quit", exclusive=True)
 
@@ -441,8 +441,8 @@ class SpecmonApp(App[str]):
             return
         self._interrupt_at = None
         # ended by Ctrl-C: exit 130 as headless Ctrl-C (SIGINT) does (wiring.SIGNAL_EXIT); q is 0
-        if self.live.stop_reason is None:
-            self.live.stop_reason = "interrupted"
+        if self.live.stop_cause is None:
+            self.live.stop_cause = "interrupted"
         self.exit_reason = self.exit_reason or "interrupted"
         await self.action_quit()
 
