@@ -5,9 +5,9 @@ event that added tokens (with how many: the delta of meta_info.completion_tokens
 speculative chunk counts 4), and end.
 
 The stream runs on a plain asyncio Protocol (see _Stream for why not httpx): the request is
-stamped and written in one call, its head the bytes h11 would write; the usual response head (a
-200 with a chunked body) is read here and the chunked body framed here, and h11 reads any other
-head and body. What a byte's stamp means
+stamped and written in one call, its head the bytes h11 would write; every response is framed by
+httptools (llhttp, the parser of Node.js and uvicorn: C, called once a read), which hands each
+chunk's data to the SSE reading here. What a byte's stamp means
 depends on the transport: on Linux over plain TCP (_KernelStamped) it is the time the kernel
 received it (SO_TIMESTAMPNS), whenever the client got round to reading it; over TLS, or
 elsewhere, it is the moment the event loop handed it to data_received. Each event is scanned for
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 from urllib.parse import urlsplit
 
 import h11
+import httptools
 
 from specmon import clock
 from specmon.analysis.stats import percentile_of_numbers, spread_gaps
@@ -365,22 +366,6 @@ def request_head_prefix(target: bytes, headers: list[tuple[bytes, bytes]]) -> by
     return b"\r\n".join(lines)
 
 
-# The response heads _Exchange._fast_head reads itself; anything looser goes to h11. A header
-# value: visible ASCII, inner spaces or tabs, no leading or trailing whitespace kept.
-_STATUS_200 = re.compile(rb"HTTP/1\.1 200(?: [\x20-\x7e\t]*)?")
-_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*((?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?)[ \t]*")
-# What h11 must have seen to read a response: a request sent whole. Its fields do not change how
-# h11 reads the answer to a POST, so one stands for every request.
-_REPLAYED = h11.Request(method=b"POST", target=b"/generate", headers=[(b"Host", b"specmon"), (b"Content-Length", b"0")])
-
-
-def _h11_after_request() -> h11.Connection:
-    c = h11.Connection(h11.CLIENT)
-    c.send(_REPLAYED)
-    c.send(h11.EndOfMessage())
-    return c
-
-
 class _PyStreamBase:
     """_Stream's base without the C module: `exchange` is a plain attribute. (Not `object`
     itself: `class _Stream(object, asyncio.Protocol)` has no consistent MRO, and the client
@@ -399,17 +384,14 @@ class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
     that took 16 ms (p50) from "send" to the request's last byte on the socket, and every chunk
     took the same detour before it was stamped: TTFT read 12 % long against the simulator's
     wire stamps. Here the request is written to the socket in the same call that stamps it, and
-    each chunk is stamped in data_received, the first Python code that sees the bytes. h11 (the
-    parser httpx itself uses) reads every response this client does not read itself (any but a
-    plainly written 200 with a chunked body): sized or close-delimited bodies, errors, a server
-    that closes."""
+    each chunk is stamped in data_received, the first Python code that sees the bytes. Each
+    response is framed by its exchange's httptools parser: chunked, sized or close-delimited
+    bodies, errors, a server that closes."""
 
     def __init__(self) -> None:
         self.transport: Optional[asyncio.Transport] = None
-        # None while no response needed h11 (see _Exchange._fast_head): every request is written
-        # as bytes, and a response that is not the usual 200 + chunked is read by a fresh h11
-        # told of a request first (_h11_after_request).
-        self.h11: Optional[h11.Connection] = None
+        # A response begun and not yet read to its end: the connection cannot carry another.
+        self.mid_response = False
         self.lost = False
         self.lost_why: Optional[Exception] = None  # what connection_lost was told, if anything
         self.exchange: Optional[_Exchange] = None
@@ -438,10 +420,7 @@ class _Stream(_StreamBase, asyncio.Protocol):  # type: ignore[misc,valid-type]
             self.exchange.cut(exc)
 
     def reusable(self) -> bool:
-        if self.lost or self.transport is None or self.transport.is_closing():
-            return False
-        c = self.h11
-        return c is None or (c.our_state is h11.IDLE and c.their_state is h11.IDLE)
+        return not (self.lost or self.mid_response or self.transport is None or self.transport.is_closing())
 
     def close(self) -> None:
         self.lost = True
@@ -618,14 +597,16 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         self.error_body = b""
         self.saw_done = False
         self.t_activity = time.perf_counter()
-        # A 200 with a chunked body (every SGLang stream) is read past h11 once its head is in:
-        # h11 spends ~30 us of pure Python per chunk on framing that is one size line, the data
-        # and a CRLF. `chunked` is then the unparsed rest, `left` the data bytes still to come of
-        # the current chunk, `skip` the bytes of its CRLF, `trailer` whether the last chunk came.
-        self.chunked: Optional[bytes] = None
-        self.left = self.skip = 0
-        self.trailer = False
-        self.keep_alive = False
+        # The response's framing: httptools calls back (on_headers_complete, on_body, ...) from
+        # feed_data, with the stamp of the read being fed (`_now`). `keep_alive`: the server keeps
+        # the connection; `chunked`: the body came in chunks; `_chunk_end`: the parser's last
+        # step ended one, so the next read starts at a chunk's size line (the C reader's cue);
+        # `_complete`: the response was read to its end; `_extra`: bytes came after it.
+        self._parser = httptools.HttpResponseParser(self)
+        self._now = 0.0
+        self._headers: list[tuple[bytes, bytes]] = []
+        self.keep_alive = self.chunked = self._chunk_end = self._complete = self._extra = False
+        self._to_close = False  # the body runs to the connection's close (on_headers_complete)
         # Whether the next read may go to the C reader (_fastread.c): the body is between whole
         # chunks and events. Set after every read this class takes, with whether the rid is still
         # to be read (each reader takes it from the first event that holds one, as _body does).
@@ -647,178 +628,72 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
             pacer.read(now, last_t, len(self._arr_t) - n)
         else:
             self._feed(now, data)
-        self.between_chunks = self.chunked == b"" and not (self.skip or self.left or self.trailer or self.buf)
+        self.between_chunks = self._chunk_end and self.chunked and self.status == 200 and not (self._complete or self.buf)
         self.want_rid = self.o.rid is None
 
     def _feed(self, now: float, data: bytes) -> None:
-        self.t_activity = now
-        if self.chunked is not None:
-            if not (self.chunked or self.skip or self.left or self.trailer):
-                # The usual read: whole chunks ("<hex>\r\n<data>\r\n"), one per decode step,
-                # each handed to _body as a span of this very buffer (no copy). Anything else
-                # (a split chunk, a size line with an extension, the last chunk) goes on to the
-                # general loop in _chunked from where this stopped.
-                pos, n = 0, len(data)
-                while pos < n:
-                    eol = data.find(b"\r\n", pos, pos + 18)
-                    if eol < 0:
-                        break
-                    try:
-                        size = int(data[pos:eol], 16)
-                    except ValueError:
-                        break
-                    end = eol + 2 + size
-                    if size == 0 or not data.startswith(b"\r\n", end):
-                        break
-                    self._body(now, data, eol + 2, end)
-                    pos = end + 2
-                    if self.chunked is None:  # _body failed the exchange
-                        return
-                if pos == n:
-                    return
-                if pos:
-                    data = data[pos:]
-            self._chunked(now, data)
-            return
-        conn = self.conn
-        if conn.h11 is None:
-            rest = self._fast_head(now, data)
-            if rest is not None:
-                if rest:
-                    self._chunked(now, rest)
-                return
-            conn.h11 = _h11_after_request()
+        self.t_activity = self._now = now
         try:
-            conn.h11.receive_data(data)
-            while True:
-                ev = conn.h11.next_event()
-                if ev is h11.NEED_DATA or ev is h11.PAUSED:
-                    return
-                if isinstance(ev, h11.Response):
-                    self.status = self.o.http_status = ev.status_code
-                    self.o.t_first_byte = now
-                    if ev.status_code in (429, 503):
-                        self.o.retry_after_s = retry_after(ev.headers)
-                    if ev.status_code == 200 and _is_chunked(ev.headers):
-                        rest, _ = conn.h11.trailing_data
-                        self.keep_alive = ev.http_version == b"1.1" and not _says_close(ev.headers)
-                        self.chunked = b""
-                        if rest:
-                            self._chunked(now, bytes(rest))
-                        return
-                elif isinstance(ev, h11.Data):
-                    if self.status == 200:  # a sized or close-delimited body
-                        d = bytes(ev.data)
-                        self._body(now, d, 0, len(d))
-                    elif len(self.error_body) < 400:
-                        self.error_body += bytes(ev.data)
-                elif isinstance(ev, h11.EndOfMessage):
-                    if self.o.t_end is None:
-                        self.o.t_end = now
-                    if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
-                        conn.h11.start_next_cycle()
-                    self._finish()
-                    return
-                elif isinstance(ev, h11.ConnectionClosed):
-                    self.cut(None)
-                    return
-        except h11.RemoteProtocolError as e:
-            conn.close()
-            self._fail("error", f"RemoteProtocolError: {e}")
-
-    def _fast_head(self, now: float, data: bytes) -> Optional[bytes]:
-        """The usual response head, read without h11: `HTTP/1.1 200`, every header line plainly
-        well-formed, `Transfer-Encoding: chunked` and no Content-Length, all in this read. The
-        body bytes after it (maybe b""), or None for anything else, which h11 then reads from
-        the start (h11 took ~0.2 ms of pure Python a request, head and request together)."""
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            return None
-        lines = data[:end].split(b"\r\n")
-        if not _STATUS_200.fullmatch(lines[0]):
-            return None
-        headers = []
-        for line in lines[1:]:
-            m = _HEADER_LINE.fullmatch(line)
-            if m is None:
-                return None
-            headers.append((m.group(1).lower(), m.group(2)))
-        codings = [v.lower() for k, v in headers if k == b"transfer-encoding"]
-        if codings != [b"chunked"] or any(k == b"content-length" for k, _ in headers):
-            return None
-        self.status = self.o.http_status = 200
-        self.o.t_first_byte = now
-        self.keep_alive = not _says_close(headers)
-        self.chunked = b""
-        return data[end + 4:]
-
-    def _chunked(self, now: float, data: bytes) -> None:
-        """HTTP/1.1 chunked framing of a 200's body: the data of every chunk goes to _body, stamped
-        with the arrival of the bytes that completed it; the last chunk (size 0) and the trailer
-        section end the response."""
-        buf = self.chunked + data if self.chunked else data
-        pos, n = 0, len(buf)
-        parts: list[bytes] = []
-        while pos < n:
-            if self.skip:  # the CRLF after a chunk's data
-                take = min(self.skip, n - pos)
-                if buf[pos:pos + take] != b"\r\n"[2 - self.skip:2 - self.skip + take]:
-                    return self._protocol_error("chunk data not followed by CRLF")
-                pos += take
-                self.skip -= take
-                continue
-            if self.left:
-                take = min(self.left, n - pos)
-                parts.append(buf[pos:pos + take])
-                pos += take
-                self.left -= take
-                if not self.left:
-                    self.skip = 2
-                continue
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                if n - pos > 4096:
-                    return self._protocol_error("chunk size line too long")
-                break
-            line = buf[pos:eol]
-            pos = eol + 2
-            if self.trailer:  # trailer fields after the last chunk, ended by an empty line
-                if line:
-                    continue
-                if parts:
-                    joined = b"".join(parts)
-                    self._body(now, joined, 0, len(joined))
-                self._end(now, leftover=pos < n)
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if not self._complete:
+                self.conn.close()
+                self._fail("error", f"RemoteProtocolError: {_parser_words(e)}")
                 return
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                return self._protocol_error(f"bad chunk size line {line[:40]!r}")
-            if size == 0:
-                self.trailer = True
-            else:
-                self.left = size
-        self.chunked = buf[pos:]
-        if parts:
-            joined = b"".join(parts)
-            self._body(now, joined, 0, len(joined))
+            self._extra = True  # bytes after the response nobody asked for (on_message_begin)
+        if self._complete and not self.done.done():
+            self._end()
 
-    def _end(self, now: float, leftover: bool) -> None:
-        """The chunked body ended: the connection goes back to the pool with a fresh h11 state
-        (h11 never saw this body) unless the server said it closes, or sent bytes nobody asked for."""
+    # ---- httptools' callbacks: only those the reading needs are defined (each costs a call)
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second response: stop reading here (feed_data raises)
+            raise _Unasked()
+        self.conn.mid_response = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        p, o = self._parser, self.o
+        self.status = o.http_status = p.get_status_code()
+        o.t_first_byte = self._now
+        if self.status in (429, 503):
+            o.retry_after_s = retry_after(self._headers)
+        self.keep_alive = p.should_keep_alive()
+        # no length and not chunked: the body runs to the close (llhttp has no call for its end)
+        te = [v.lower() for k, v in self._headers if k == b"transfer-encoding"]
+        self._to_close = not (any(k == b"content-length" for k, _ in self._headers)
+                              or (te and te[-1].rsplit(b",", 1)[-1].strip() == b"chunked"))
+        # SGLang's head (`Transfer-Encoding: chunked`, nothing else): the body starts at a chunk's
+        # size line, so the first chunk's read may already go to the C reader
+        self.chunked = self._chunk_end = te == [b"chunked"]
+
+    def on_chunk_header(self) -> None:
+        self.chunked = True  # as llhttp reads Transfer-Encoding, not as the header's words look
+
+    def on_body(self, body: bytes) -> None:
+        self._chunk_end = False
+        if self.status == 200:
+            self._body(self._now, body, 0, len(body))
+        elif len(self.error_body) < 400:
+            self.error_body += body
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_end = True
+
+    def on_message_complete(self) -> None:
         if self.o.t_end is None:
-            self.o.t_end = now
-        self.chunked = None
-        if self.keep_alive and not leftover:
-            self.conn.h11 = None  # h11 never saw this body: the next response starts afresh
+            self.o.t_end = self._now
+        self._complete = True
+
+    def _end(self) -> None:
+        """The response was read to its end: the connection goes back to the pool unless the
+        server said it closes, or sent bytes nobody asked for."""
+        if self.keep_alive and not self._extra:
+            self.conn.mid_response = False
         else:
             self.conn.close()
         self._finish()
-
-    def _protocol_error(self, why: str) -> None:
-        self.chunked = None
-        self.conn.close()
-        self._fail("error", f"RemoteProtocolError: {why}")
 
     def _body(self, now: float, raw: bytes, lo: int, hi: int) -> None:
         """The SSE events in raw[lo:hi] (after what an earlier read left unfinished), read in
@@ -874,7 +749,15 @@ class _Exchange(_ExchangeBase):  # type: ignore[misc,valid-type]
         self.buf = raw[pos:hi] if pos < hi else b""
 
     def cut(self, exc: Optional[Exception]) -> None:
-        """The connection closed before the response was complete."""
+        """The connection closed before the response was complete (or, for a body that runs to
+        the close, at its end)."""
+        if exc is None and self._to_close and not self._complete:
+            if self.o.t_end is None:
+                self.o.t_end = self._now
+            self._complete = True
+            self.conn.close()
+            self._finish()
+            return
         if self.status is None:
             if self.o.status == "ok":
                 self.o.no_answer = ("connection reset" if isinstance(exc, ConnectionResetError)
@@ -1137,7 +1020,6 @@ class GenerateClient:
         done: asyncio.Future[None] = loop.create_future()
         ex = _Exchange(conn, outcome, done)
         conn.exchange = ex
-        conn.h11 = None  # an h11 left from the last response knew nothing of this request
         wire = self.request_bytes(payload)
         if not fresh:
             # Stamp, then write: transport.write hands the bytes to the kernel in this same call.
@@ -1241,12 +1123,13 @@ def _final_event(data: bytes, whole: bool) -> dict[str, Any]:
     return json.loads(data)
 
 
-def _is_chunked(headers) -> bool:
-    return any(k == b"transfer-encoding" and b"chunked" in v.lower() for k, v in headers)
+class _Unasked(Exception):
+    """Bytes of a response after the one asked for: the connection's state is unknown."""
 
 
-def _says_close(headers) -> bool:
-    return any(k == b"connection" and b"close" in v.lower() for k, v in headers)
+def _parser_words(e: Exception) -> str:
+    """httptools' error as the reason says it: llhttp's own words ("Invalid header value char")."""
+    return str(e).strip() or type(e).__name__
 
 
 RETRY_AFTER_MAX_S = 3600.0  # a value beyond this is treated as nonsense, not as an order to wait
@@ -1254,7 +1137,7 @@ RETRY_AFTER_MAX_S = 3600.0  # a value beyond this is treated as nonsense, not as
 
 def retry_after(headers) -> Optional[float]:
     """Seconds to wait from a Retry-After header (delay-seconds or an HTTP-date), None when absent
-    or unreadable. h11 hands header names lower-cased. Only read on a 429/503."""
+    or unreadable. Header names come lower-cased (on_header). Only read on a 429/503."""
     for name, value in headers:
         if name != b"retry-after":
             continue

@@ -28,11 +28,9 @@ def captured_stream(sim, n_tokens):
     return raw
 
 
-def feed_stream(raw, cuts, via_h11=False):
-    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would (a
-    head cut short goes to h11, a whole one is read by the client itself; via_h11: every head
-    goes to h11, as before the client read heads itself)."""
-    from specmon.load.client import _Exchange, _h11_after_request, _Stream
+def feed_stream(raw, cuts):
+    """Hand `raw` to a client connection in pieces split at `cuts`, as the event loop would."""
+    from specmon.load.client import _Exchange, _Stream
 
     class _Transport:  # the socket end: nothing is written back in these tests
         closed = False
@@ -47,8 +45,6 @@ def feed_stream(raw, cuts, via_h11=False):
     try:
         conn = _Stream()
         conn.connection_made(_Transport())
-        if via_h11:
-            conn.h11 = _h11_after_request()
         o = RequestOutcome(request_id="r", t_scheduled_wall=time.time(), t_scheduled=time.perf_counter())
         o.t_sent, o.t_sent_wall = time.perf_counter(), time.time()
         done = loop.create_future()

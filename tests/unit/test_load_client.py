@@ -61,7 +61,7 @@ def test_wrong_key_is_a_recorded_error(monkeypatch):
 
 
 def test_chunked_stream_read_the_same_however_the_socket_splits_it():
-    """The chunked body is framed by the client itself (not h11): a real stream handed over whole,
+    """The chunked body as llhttp frames it: a real stream handed over whole,
     byte by byte, or cut in two at every position must read the same; cut short, it is an error."""
     with start_sim("--profile", "fp8-mtp", speed=50) as sim:
         raw = captured_stream(sim, 12)
@@ -86,41 +86,49 @@ def test_chunked_stream_read_the_same_however_the_socket_splits_it():
     assert o.status == "error" and "chunk size" in o.error and not conn.reusable()
 
 
-def test_the_clients_own_reading_of_a_response_head_is_h11s():
-    """Heads the client reads itself (the usual 200 + chunked) and heads it leaves to h11 (any
-    other) give the same request as h11 reading every head: status, tokens, keep-alive, the
-    error text; a head h11 refuses is refused the same way."""
+def test_response_heads_read_by_llhttp_the_same_however_the_socket_splits_them():
+    """Every response head and body is framed by httptools (llhttp): the usual 200 + chunked and
+    its legal variants stream; a sized, close-delimited or error body reads as such; a head llhttp
+    refuses (smuggling shapes: Content-Length beside chunked, folded or malformed header lines)
+    is one RemoteProtocolError in llhttp's words. The same whether the head comes whole or split."""
     with start_sim("--profile", "fp8-mtp", speed=50) as sim:
         raw = captured_stream(sim, 6)
     head_end = raw.index(b"\r\n\r\n") + 4
     body = raw[head_end:]
     sized = b'{"error": {"message": "busy"}}'
-    heads = [
-        raw[:head_end],
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"HTTP/1.1 200 \r\ntransfer-encoding:chunked\r\nX-Empty:\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: CHUNKED \t\r\nConnection: keep-alive, Close\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n folded: on\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nBad Name: x\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nX: a\x01b\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n",
-        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: %d\r\n\r\n" % len(sized),
-        b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ok, keep, close = ("ok", None), True, False
+    cases = [  # head, (status, error's start), reusable afterwards
+        (raw[:head_end], ok, keep),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ok, keep),
+        (b"HTTP/1.1 200 \r\ntransfer-encoding:chunked\r\nX-Empty:\r\n\r\n", ok, keep),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n", ok, close),
+        (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ok, close),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+         ("error", "RemoteProtocolError: Content-Length can't be present with Transfer-Encoding"), close),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n folded: on\r\n\r\n",
+         ("error", "RemoteProtocolError: Unexpected whitespace after header value"), close),
+        (b"HTTP/1.1 200 OK\r\nBad Name: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+         ("error", "RemoteProtocolError: Invalid header token"), close),
+        (b"HTTP/1.1 200 OK\r\nX: a\x01b\r\nTransfer-Encoding: chunked\r\n\r\n",
+         ("error", "RemoteProtocolError: Invalid header value char"), close),
+        # a body that is not SGLang's stream: sized, or running to the close
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n", ("error", "stream ended without [DONE]"), keep),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", ("error", "stream ended without [DONE]"), close),
+        (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: %d\r\n\r\n" % len(sized),
+         ("error", 'HTTP 429: {"error": {"message": "busy"}}'), keep),
+        (b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n", ("error", "HTTP 503: data: {"), keep),
     ]
-    for head in heads:
+    for head, (status, error), reusable in cases:
         response = head + (sized if b"Content-Length: %d" % len(sized) in head else
                            b"data" if b"Content-Length: 4" in head else body)
-        for cuts in ([], [len(head) - 1], [len(head) + 1]):
-            got = [feed_stream(response, cuts, via_h11=h) for h in (False, True)]
-            seen = [(x.status, x.error, x.http_status, x.retry_after_s, x.t_first_byte is not None, x.rid,
-                     [n for _, n in x.token_events], c.reusable()) for x, c in got]
-            assert seen[0] == seen[1], (head, cuts, seen)
-    whole, conn = feed_stream(raw, [])
-    assert whole.status == "ok" and conn.reusable() and conn.h11 is None  # read without h11
+        seen = set()
+        for cuts in ([], [len(head) - 1], [len(head) + 1], list(range(1, len(response)))):
+            o, conn = feed_stream(response, cuts)
+            seen.add((o.status, (o.error or "")[:len(error or "")] or None, o.retry_after_s,
+                      sum(n for _, n in o.token_events), conn.reusable()))
+        tokens = 6 if status == "ok" else 0
+        retry = 3.0 if b"Retry-After" in head else None
+        assert seen == {(status, error, retry, tokens, reusable)}, (head, seen)
 
 
 def test_the_request_head_is_the_one_h11_writes(monkeypatch):

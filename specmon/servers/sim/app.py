@@ -172,7 +172,8 @@ ARRIVAL_KEY = "specmon.sim.t_arrival"
 
 
 def arrival_stamping_protocol():
-    """uvicorn's h11 protocol (the one it picks here anyway: httptools is not installed), which
+    """uvicorn's h11 protocol (named, not left to uvicorn, which would pick httptools where it is
+    installed, as specmon's load client needs it: h11 keeps the connection's state this reads), which
     stamps each request with the wall time the event loop read its first bytes, in the scope
     under ARRIVAL_KEY. The app's own first stamp comes later: uvicorn makes a task per request
     and the loop runs it after whatever it was doing, at a level's first wave after C other
