@@ -16,9 +16,7 @@ import psutil
 from specmon.sources import logparse as lp
 
 from helpers.simproc import group_pids
-from helpers.launch import gone
-
-SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
+from helpers.launch import GRANDCHILD, SIM, gone
 
 
 def run_specmon(*args, cwd, timeout=240):
@@ -74,17 +72,6 @@ def test_cli_all_failed_exit_3(tmp_path):
 
 
 # ---- shutdown: no orphans ------------------------------------------------------------------
-
-GRANDCHILD = """
-        arms:
-          - name: a
-            launch:
-              # a grandchild in the server's group, like SGLang's scheduler/detokenizer processes
-              command: [bash, -c, 'sleep 300 & exec {py} -m specmon.servers.sim "$@"', sim]
-              flags: {{profile: fp8-mtp, speed: 50}}
-          - name: b
-            launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
-"""
 
 
 def test_sigterm_to_specmon_leaves_no_orphan(tmp_path):

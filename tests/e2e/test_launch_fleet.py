@@ -20,14 +20,13 @@ import psutil
 import pytest
 
 from helpers.gatewayproc import have_gateway
+from helpers.launch import PID_LINE, SIM
 from helpers.simproc import free_port
 from specmon.errors import UsageError
 from specmon.servers.launch import Supervisor
 from specmon.servers.layout import load_layout, parse_layout
 
 REPO = Path(__file__).resolve().parents[2]
-PID_LINE = re.compile(r"^----- specmon: pid (\d+) \(its own process group (\d+)\)$", re.M)
-SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
 
 
 def bad(text: str) -> str:

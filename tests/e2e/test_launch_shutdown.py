@@ -9,7 +9,6 @@ line) and must be gone after it; session.json says how the session ended.
 
 import fcntl
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,9 +21,8 @@ import psutil
 import pytest
 
 from specmon.sources import logparse as lp
-from helpers.launch import PID_LINE, exit_reason, server_pids, wait_gone
+from helpers.launch import SIM, exit_reason, server_pids, wait_gone
 
-SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
 LAYOUT = SIM + textwrap.dedent("""
     arms:
       - name: a

@@ -13,20 +13,8 @@ from specmon.model import ArmPhase
 from specmon.servers.launch import Supervisor
 from specmon.servers.layout import parse_layout
 
-from helpers.launch import SIM, gone, layout_of, replay_arm
+from helpers.launch import GRANDCHILD, SIM, gone, layout_of, replay_arm
 from helpers.simproc import group_pids
-
-
-GRANDCHILD = """
-        arms:
-          - name: a
-            launch:
-              # a grandchild in the server's group, like SGLang's scheduler/detokenizer processes
-              command: [bash, -c, 'sleep 300 & exec {py} -m specmon.servers.sim "$@"', sim]
-              flags: {{profile: fp8-mtp, speed: 50}}
-          - name: b
-            launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
-"""
 
 
 async def test_mid_ramp_crash_fails_that_arm_only(tmp_path):

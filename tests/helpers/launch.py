@@ -85,6 +85,17 @@ def exit_reason(session: Path):
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = "command: [python, -m, specmon.servers.sim]\nstartup_timeout_s: 60\n"
+# Two simulated arms, the first with a grandchild in its server's process group (format with py=).
+GRANDCHILD = """
+        arms:
+          - name: a
+            launch:
+              # a grandchild in the server's group, like SGLang's scheduler/detokenizer processes
+              command: [bash, -c, 'sleep 300 & exec {py} -m specmon.servers.sim "$@"', sim]
+              flags: {{profile: fp8-mtp, speed: 50}}
+          - name: b
+            launch: {{flags: {{profile: nvfp4-mtp, speed: 50}}}}
+"""
 
 
 def layout_of(text: str):
