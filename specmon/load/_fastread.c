@@ -11,14 +11,16 @@
  * rid read from the first that holds one). Anything else (the response head, a split
  * chunk or event, [DONE], an error event, the last chunk, a size line that is not plain hex)
  * goes to the Python path untouched: _Stream.received(stamp, data), exactly what the Python
- * reader would have called. The decision is made on the whole read before any state changes,
- * so the Python path always starts from the state it left. The state both paths share lives in
- * the C fields of ExchangeBase, the base class of client.py's _Exchange: Python reads and writes
- * them as attributes, this reads and writes the fields (an attribute lookup and a store a read
- * cost ~15 % of the load thread at 1,000 streams). So either path can take the next read. The
- * token events this path reads are staged in the exchange and appended to the outcome's arrays
- * in one call (flush_staged) before the Python path takes a read and when the exchange ends.
- * tests/test_fastread.py feeds the same streams, split every way, through both and compares.
+ * reader would have called (llhttp frames it there; this takes only reads that start and end on
+ * a chunk's boundary, so llhttp's state stays where it left it). The decision is made on the
+ * whole read before any state changes, so the Python path always starts from the state it left.
+ * The state both paths share lives in the C fields of ExchangeBase, the base class of
+ * client.py's _Exchange: Python reads and writes them as attributes, this reads and writes the
+ * fields (an attribute lookup and a store a read cost ~15 % of the load thread at 1,000 streams).
+ * So either path can take the next read. The token events this path reads are staged in the
+ * exchange and appended to the outcome's arrays in one call (flush_staged) before the Python
+ * path takes a read and when the exchange ends.
+ * tests/unit/test_fastread.py feeds the same streams, split every way, through both and compares.
  *
  * A Poller holds the readers of one event loop behind one epoll instance, and the loop watches
  * only that: one callback a loop pass reads every ready socket, where the loop's own dispatch
@@ -598,7 +600,7 @@ static int fast_read(Reader *self, double now, const char *p, Py_ssize_t n) {
     Event ev[MAX_EVENTS];
     int nev = 0;
     while (pos < n) {
-        /* "<hex>\r\n<data>\r\n", as feed's loop: the size line's CRLF within 18 bytes */
+        /* "<hex>\r\n<data>\r\n", plain hex only (the size line's CRLF within 18 bytes): llhttp reads the rest */
         Py_ssize_t lim = n - pos < 18 ? n : pos + 18, eol = -1;
         for (Py_ssize_t i = pos; i + 1 < lim; i++) {
             if (p[i] == '\r' && p[i + 1] == '\n') { eol = i; break; }
