@@ -49,12 +49,15 @@ async def test_live_one_arm_with_ramp(tmp_path):
             # a scrape may time out on a busy machine (at a load of 15 on 2 cores every 0.3 s scrape
             # did for over 20 s): some tick shows the pool
             await wait_for(pilot, lambda: "/175K tok" in panel.part_text("kv"), timeout=90, what="KV pane")
+            # The accept pane: the gauge labelled as SGLang's last decode window while scrapes carry
+            # it (the session's last tick may be a timed-out scrape on a busy machine, so not at its
+            # end), and under it the newest level's exact figures from its requests' own counts, as
+            # levels.csv has them.
+            await wait_for(pilot, lambda: "last decode window" in panel.part_text("accept"), timeout=90,
+                           what="accept gauge")
             await wait_for(pilot, lambda: app.query_one(StatusBar).stopped is not None, timeout=90, what="ramp end")
-            # The accept pane: the gauge labelled as SGLang's last decode window, and under it the
-            # newest level's exact figures from its requests' own counts, as levels.csv has them.
             newest = app.state.arm("fp8-mtp").levels[-1]
             accept = panel.part_text("accept")
-            assert "last decode window" in accept
             assert f"{newest.label} exact · {newest.accept_length:.2f} tok/step · rate {newest.accept_rate * 100:.0f}%" \
                 in accept, accept
             assert newest.accept_hist.split(";")[0] in accept
