@@ -53,11 +53,13 @@
 #define MAX_EVENTS 512
 
 static _Thread_local char *read_buf = NULL;
-/* The pacer of this thread's loop (a Pacer, below; load/loop.py, LoadLoop.pace): at the first
- * read of a loop pass while no pause is due, it schedules one short pause after the pass (the
- * loop's call_soon: after every reader of the pass), so the next pass finds many sockets ready. */
-typedef struct Pacer Pacer;
-static _Thread_local Pacer *pacer = NULL;
+/* The pacer of this thread's loop (load/pacing.py, Pacer; load/loop.py, LoadLoop.pace): at the
+ * first read of a loop pass while no pause is due, the reader has the loop call the pacer's pause
+ * after the pass (the loop's call_soon: after every reader of the pass), so the next pass finds
+ * many sockets ready. The pause itself, its rule and its figures are Python's, the same object
+ * for either reader; here is only when to ask for one. */
+static _Thread_local PyObject *pace_loop = NULL; /* whose call_soon runs the pause */
+static _Thread_local PyObject *pace_cb = NULL;   /* the pacer's pause; NULL: not pacing */
 static _Thread_local int pause_due = 0;
 /* The gaps between two token events of one stream (the kernel stamps of two reads; a read that
  * brings two of a stream's events counts a gap of 0), tracked since reset_chunk_gap() as an
@@ -65,7 +67,7 @@ static _Thread_local int pause_due = 0;
  * 0.1 % up, so it settles where P(below) x ln(1/0.9) = P(above) x ln(1.001), ~0.94 % below.
  * Unlike the smallest gap, one outlier (a server that wrote a chunk late and the next on time)
  * does not pin it for the rest of the level, and it comes down by itself where more than ~1 %
- * of the reads hold two chunks of a stream. The pacer keeps its pause a share of it. */
+ * of the reads hold two chunks of a stream. The pacer keeps its pause a share of it (chunk_gap()). */
 #define GAP_DOWN 0.9
 #define GAP_UP 1.001
 static _Thread_local double gap_low = INFINITY;
@@ -682,134 +684,19 @@ static PyObject *call_lost(Reader *self, PyObject *exc) {
     Py_RETURN_NONE;
 }
 
-/* A loop's pacer: its pause's bounds and share of the chunk gaps' estimate, and what it did.
- * The whole pause is here, scheduled with the loop's call_soon and run by the loop: where a
- * Python callback scheduled a Python method, two frames and their calls a pass cost ~1-2 % of
- * a 1,000-stream run. Its counts are fields, read from any thread (the ramp's, at a level's end). */
-struct Pacer {
-    PyObject_HEAD
-    PyObject *loop;       /* whose call_soon runs the pause */
-    PyObject *pause_cb;   /* the bound pause(), handed to call_soon */
-    double lo, hi, share; /* the pause: share x the gaps' estimate, within [lo, hi]; lo without one */
-    unsigned long long pauses;
-    double pause_s;       /* the newest pause ... */
-    double gap_s;         /* ... and the estimate it was a share of (NaN: none yet) */
-};
-
 static PyObject *s_call_soon;
 
 /* At a pass's first read, while no pause is due: the pause after the pass. */
 static int pace(void) {
-    if (pacer != NULL && !pause_due) {
+    if (pace_cb != NULL && !pause_due) {
         pause_due = 1;
-        PyObject *r = PyObject_CallMethodOneArg(pacer->loop, s_call_soon, pacer->pause_cb);
+        PyObject *r = PyObject_CallMethodOneArg(pace_loop, s_call_soon, pace_cb);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
     }
     return 0;
 }
-
-static double pacer_pause_s(Pacer *p) {
-    if (isinf(gap_low))
-        return p->lo;
-    double x = gap_low * p->share, m = x < p->hi ? x : p->hi; /* max(lo, min(hi, x)), as pace_pause */
-    return m > p->lo ? m : p->lo;
-}
-
-/* The pause, with the GIL released (the session's thread runs meanwhile); then the next pass's
- * first read schedules the next. */
-static PyObject *Pacer_pause(Pacer *self, PyObject *Py_UNUSED(ignored)) {
-    double pause = pacer_pause_s(self);
-    self->pauses++;
-    self->pause_s = pause;
-    self->gap_s = isinf(gap_low) ? NAN : gap_low;
-    struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    while ((rc = clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts)) == EINTR)
-        ;
-    Py_END_ALLOW_THREADS
-    pause_due = 0;
-    Py_RETURN_NONE;
-}
-
-static int Pacer_init(Pacer *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"loop", "lo", "hi", "share", NULL};
-    PyObject *loop;
-    double lo, hi, share;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oddd", kwlist, &loop, &lo, &hi, &share))
-        return -1;
-    if (!(lo > 0 && lo < 1.0 && hi > 0 && hi < 1.0 && share > 0)) {
-        PyErr_SetString(PyExc_ValueError, "Pacer: expected pauses lo and hi within (0, 1) s and share > 0");
-        return -1;
-    }
-    PyObject *cb = PyObject_GetAttrString((PyObject *)self, "pause");
-    if (cb == NULL)
-        return -1;
-    Py_XSETREF(self->pause_cb, cb);
-    Py_INCREF(loop);
-    Py_XSETREF(self->loop, loop);
-    self->lo = lo;
-    self->hi = hi;
-    self->share = share;
-    self->gap_s = NAN;
-    return 0;
-}
-
-static int Pacer_traverse(Pacer *self, visitproc visit, void *arg) {
-    Py_VISIT(self->loop);
-    Py_VISIT(self->pause_cb);
-    return 0;
-}
-
-static int Pacer_clear(Pacer *self) {
-    Py_CLEAR(self->loop);
-    Py_CLEAR(self->pause_cb);
-    return 0;
-}
-
-static void Pacer_dealloc(Pacer *self) {
-    PyObject_GC_UnTrack(self);
-    Pacer_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *Pacer_get_pauses(Pacer *self, void *closure) { return PyLong_FromUnsignedLongLong(self->pauses); }
-static PyObject *Pacer_get_pause_s(Pacer *self, void *closure) { return PyFloat_FromDouble(self->pause_s); }
-static PyObject *Pacer_get_gap_s(Pacer *self, void *closure) {
-    if (isnan(self->gap_s))
-        Py_RETURN_NONE;
-    return PyFloat_FromDouble(self->gap_s);
-}
-
-static PyMethodDef Pacer_methods[] = {
-    {"pause", (PyCFunction)Pacer_pause, METH_NOARGS, "The pause after a pass (the loop calls it)."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef Pacer_getset[] = {
-    {"pauses", (getter)Pacer_get_pauses, NULL, "pauses so far", NULL},
-    {"pause_s", (getter)Pacer_get_pause_s, NULL, "the newest pause, in seconds (0.0: none yet)", NULL},
-    {"chunk_gap_s", (getter)Pacer_get_gap_s, NULL, "the chunk gaps' estimate the newest pause was a share of", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject PacerType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "specmon.load._fastread.Pacer",
-    .tp_basicsize = sizeof(Pacer),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Pacer(loop, lo, hi, share): a pause of share x the chunk gaps' estimate (within [lo, hi] s) "
-              "after each loop pass that read a socket, while set_pacer(it) holds on the loop's thread.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Pacer_init,
-    .tp_dealloc = (destructor)Pacer_dealloc,
-    .tp_traverse = (traverseproc)Pacer_traverse,
-    .tp_clear = (inquiry)Pacer_clear,
-    .tp_methods = Pacer_methods,
-    .tp_getset = Pacer_getset,
-};
 
 /* One read of a readable socket, as _KernelStamped._readable. */
 static PyObject *read_once(Reader *self) {
@@ -1241,15 +1128,26 @@ static PyObject *mono_now(PyObject *self, PyObject *Py_UNUSED(ignored)) {
     return PyFloat_FromDouble(clock_s(CLOCK_MONOTONIC));
 }
 
-static PyObject *set_pacer(PyObject *self, PyObject *p) {
-    if (p != Py_None && !PyObject_TypeCheck(p, &PacerType)) {
-        PyErr_SetString(PyExc_TypeError, "set_pacer: expected a Pacer or None");
+static PyObject *set_pacer(PyObject *self, PyObject *args) {
+    PyObject *loop, *cb;
+    if (!PyArg_ParseTuple(args, "OO:set_pacer", &loop, &cb))
+        return NULL;
+    if ((loop == Py_None) != (cb == Py_None) || (cb != Py_None && !PyCallable_Check(cb))) {
+        PyErr_SetString(PyExc_TypeError, "set_pacer: expected (loop, pause) or (None, None)");
         return NULL;
     }
-    Pacer *old = pacer;
-    pacer = p == Py_None ? NULL : (Pacer *)Py_NewRef(p);
+    Py_CLEAR(pace_loop);
+    Py_CLEAR(pace_cb);
+    if (cb != Py_None) {
+        pace_loop = Py_NewRef(loop);
+        pace_cb = Py_NewRef(cb);
+    }
     pause_due = 0;
-    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pause_done(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+    pause_due = 0;
     Py_RETURN_NONE;
 }
 
@@ -1265,7 +1163,10 @@ static PyObject *reset_chunk_gap(PyObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_pacer", set_pacer, METH_O, "This thread's readers pause after a pass with this Pacer (None: no pauses)."},
+    {"set_pacer", set_pacer, METH_VARARGS,
+     "set_pacer(loop, pause): this thread's readers have loop.call_soon(pause) at a pass's first read while none is due; "
+     "set_pacer(None, None): no pauses."},
+    {"pause_done", pause_done, METH_NOARGS, "The pause asked for has run: the next pass's first read asks again."},
     {"chunk_gap", chunk_gap, METH_NOARGS,
      "~1st percentile of the gaps (s) between two token events of a stream this thread read since reset_chunk_gap(); None: none."},
     {"reset_chunk_gap", reset_chunk_gap, METH_NOARGS, "Forget the chunk gaps seen (a new level)."},
@@ -1294,7 +1195,7 @@ PyMODINIT_FUNC PyInit__fastread(void) {
             return NULL;
     }
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ExchangeBaseType) < 0 || PyType_Ready(&StreamBaseType) < 0 ||
-        PyType_Ready(&PollerType) < 0 || PyType_Ready(&PacerType) < 0)
+        PyType_Ready(&PollerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1307,7 +1208,6 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     }
     struct { const char *name; PyTypeObject *type; } types[] = {
         {"ExchangeBase", &ExchangeBaseType}, {"StreamBase", &StreamBaseType}, {"Poller", &PollerType},
-        {"Pacer", &PacerType},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         Py_INCREF(types[i].type);

@@ -67,8 +67,8 @@ if TYPE_CHECKING:
 # of whole events, without a Python frame; anything else it hands to _Stream.received as
 # _readable would.
 _fastread = native.fastread
-# Where the C reader is built it paces the load loop; where not, this module's reads do the same
-# through pacing.py (the same rule), so one plan offers the same load either way.
+# The load loop's pacer (pacing.py) hears of each read from the C reader where it is built; where
+# not, from this module's reads (Pacer.read): one pacer, so one plan offers the same load either way.
 _PY_PACED = _fastread is None
 _active_pacer = pacing.active
 

@@ -18,7 +18,7 @@ import time
 from typing import Any, Coroutine, Optional
 
 from specmon.analysis.stats import percentile
-from specmon.load import native, pacing
+from specmon.load import pacing
 
 try:
     import uvloop
@@ -32,8 +32,8 @@ except ImportError:  # Windows, or an install without it: asyncio's own loop
 # 60 s level 240 (its p50 and p99 read the same at 2 and 10 a second).
 LAG_TICK_S = 0.25
 # The pacer's pause (see LoadLoop.pace): half the gaps' 1st percentile between two chunks of one
-# stream in the level so far (the kernel's stamps, a decode step apart; tracked by the C reader,
-# _fastread.chunk_gap), within these bounds, so a pause holds two chunks of a stream in one read
+# stream in the level so far (the kernel's stamps, a decode step apart; tracked by the reader,
+# pacing.py), within these bounds, so a pause holds two chunks of a stream in one read
 # for well under 1 % of the reads. Before the first gap, the shortest.
 PACE_PAUSE_S = 0.001
 PACE_PAUSE_MAX_S = 0.004
@@ -42,7 +42,7 @@ PACE_GAP_SHARE = 0.5
 
 def pace_pause(gap: Optional[float]) -> float:
     """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet):
-    the rule both pacers apply (pacing.py; _fastread.c, pacer_pause_s)."""
+    the pacer's rule (pacing.py) with the load loop's bounds."""
     return pacing.pause_for(gap, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
 
 
@@ -55,11 +55,8 @@ class LoadLoop:
         self._lag_due = 0.0
         self._ticked_cpu_s = 0.0  # the thread's CPU seconds at the lag ticker's newest tick
         self.pacing = False
-        # the pacer, the C reader's or, where it is not built, pacing.py's (the same rule): its
-        # pauses and their lengths are its fields
-        fr = native.fastread
-        self._pacer = (fr.Pacer if fr is not None else pacing.Pacer)(
-            self.loop, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
+        # the pacer (pacing.py), one for either reader: its pauses and their lengths are its fields
+        self._pacer = pacing.Pacer(self.loop, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
         self._thread.start()
         # The thread's own CPU clock, read from any thread (Unix): a level's client CPU is then
         # exact at its ends, not as old as the lag ticker's newest tick.
@@ -121,22 +118,17 @@ class LoadLoop:
         pause delays is this client's own next step: a closed-
         loop stream's next request goes out up to PACE_PAUSE_MAX_S later (its TTFT still counts
         from its own send stamp), and the loop-lag figure includes the pauses. The ramp turns
-        it on only for levels of many streams, where the wake-ups cost. The C reader
-        (load/_fastread.c) paces where it is built, the Python reader (pacing.py) where not:
-        the same rule, so the same plan offers the same load either way."""
+        it on only for levels of many streams, where the wake-ups cost. One pacer (pacing.py)
+        pauses for either reader, so the same plan offers the same load with or without the C
+        reader built."""
         self.loop.call_soon_threadsafe(self._set_pace, on)
 
-    def _set_pace(self, on: bool) -> None:  # on the load thread: the reader's pacer is per thread
+    def _set_pace(self, on: bool) -> None:  # on the load thread: the readers' pacer is per thread
         self.pacing = on
-        fr = native.fastread
-        if fr is None:
-            pacing.activate(self._pacer if on else None)
-            return
         if on:
-            fr.reset_chunk_gap()  # a new level: its own streams' gaps
-        # At a pass's first read the C reader has the loop call the pacer's pause after the pass
-        # (pace_pause's length, the GIL released: the session's thread runs meanwhile).
-        fr.set_pacer(self._pacer if on else None)
+            self._pacer.start()  # a new level: its own streams' gaps
+        else:
+            self._pacer.stop()
 
     # ---- lag ----------------------------------------------------------------------------------
     def start_lag_probe(self) -> None:

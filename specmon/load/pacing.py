@@ -1,18 +1,19 @@
-"""The pacer of the load loop where the C reader is not built: the same rule as its Pacer.
+"""The load loop's pacer: one for either reader, so one plan offers the same load either way.
 
-Why a load loop paces at all is in loop.py (LoadLoop.pace). Without a pacer the Python reader
-offered a different load than the C one: a closed-loop stream's next request went out at once
-instead of after the pass's pause, so one plan sent more requests where no compiler had been
-at install. Here the Python reader (client.py, _Exchange.feed) does what _fastread.c does:
+Why a load loop paces at all is in loop.py (LoadLoop.pace). The pause, its rule and its figures
+are here once; what each reader does is only what it sees while reading:
 
-- each read's token events update the chunk gaps' estimate of their 1st percentile (a gap
+- the chunk gaps' estimate of their 1st percentile: each read's token events update it (a gap
   below it takes it 10 % down, one above 0.1 % up; two events of a stream in one read count a
-  gap of 0), reset when pacing is turned on for a level;
-- the first read of a loop pass while no pause is due schedules one pause after the pass
-  (call_soon: after every reader of the pass): share x the estimate within [lo, hi], lo
-  before the first gap; time.sleep releases the GIL as the C pause does.
+  gap of 0), reset when pacing is turned on for a level. The C reader (_fastread.c, track_gap)
+  keeps it without a Python call per read; the Python reader (client.py, _Exchange.feed)
+  through `Pacer.read`;
+- the first read of a loop pass while no pause is due has the loop call `Pacer._pause` after
+  the pass (call_soon: after every reader of the pass): share x the estimate within [lo, hi],
+  lo before the first gap; time.sleep releases the GIL.
 
-The pacer is per thread (the load loop's): `activate` on that thread, `active` from its readers.
+The pacer is per thread (the load loop's): `start` and `stop` on that thread, `active` from its
+Python readers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import threading
 import time
 from typing import Optional
 
+from specmon.load import native
+
 GAP_DOWN = 0.9
 GAP_UP = 1.001
 
@@ -31,7 +34,7 @@ _local = threading.local()
 
 def pause_for(gap: Optional[float], lo: float, hi: float, share: float) -> float:
     """The pause after a pass: share x the chunk gaps' estimate within [lo, hi]; lo before the
-    first gap (None). The C Pacer's rule (_fastread.c, pacer_pause_s) too."""
+    first gap (None)."""
     if gap is None:
         return lo
     return max(lo, min(hi, gap * share))
@@ -41,19 +44,38 @@ class Pacer:
     """The pause after a pass that read a socket, and what it did (read from any thread)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, lo: float, hi: float, share: float) -> None:
+        if not (0 < lo < 1 and 0 < hi < 1 and share > 0):  # (lo above hi: every pause is lo)
+            raise ValueError(f"Pacer: expected pauses lo and hi within (0, 1) s and share > 0, got {lo}, {hi}, {share}")
         self.loop, self.lo, self.hi, self.share = loop, lo, hi, share
         self.pauses = 0
         self.pause_s = 0.0  # the newest pause ...
         self.chunk_gap_s: Optional[float] = None  # ... and the estimate it was a share of
-        self._gap_low = math.inf
+        self._fastread = native.fastread  # the reader that reads on this loop (fixed at import)
+        self._gap_low = math.inf  # the Python reader's estimate
         self._due = False
 
-    def reset_gaps(self) -> None:
-        self._gap_low = math.inf
+    # ---- on the load loop's thread ------------------------------------------------------------
+    def start(self) -> None:
+        """Pace this thread's readers from now on, with the gaps of a new level."""
+        fr = self._fastread
+        if fr is not None:
+            fr.reset_chunk_gap()
+            fr.set_pacer(self.loop, self._pause)
+        else:
+            self._gap_low = math.inf
+            self._due = False
+            _local.pacer = self
+
+    def stop(self) -> None:
+        fr = self._fastread
+        if fr is not None:
+            fr.set_pacer(None, None)
+        else:
+            _local.pacer = None
 
     def read(self, now: float, last_t: float, events: int) -> None:
-        """A read that brought `events` token events of a stream whose previous one was stamped
-        `last_t` (0.0: none yet)."""
+        """The Python reader's read that brought `events` token events of a stream whose previous
+        one was stamped `last_t` (0.0: none yet)."""
         if events:
             if last_t > 0:
                 self._track(now - last_t)
@@ -68,20 +90,21 @@ class Pacer:
         self._gap_low = gap if low == math.inf else low * (GAP_DOWN if gap < low else GAP_UP)
 
     def _pause(self) -> None:
-        gap = None if self._gap_low == math.inf else self._gap_low
+        fr = self._fastread
+        if fr is not None:
+            gap = fr.chunk_gap()
+        else:
+            gap = None if self._gap_low == math.inf else self._gap_low
         pause = pause_for(gap, self.lo, self.hi, self.share)
         self.pauses += 1
         self.pause_s, self.chunk_gap_s = pause, gap
         time.sleep(pause)
-        self._due = False
-
-
-def activate(pacer: Optional[Pacer]) -> None:
-    """This thread's readers pace with `pacer` from now on (None: they do not)."""
-    if pacer is not None:
-        pacer.reset_gaps()  # a new level: its own streams' gaps
-    _local.pacer = pacer
+        if fr is not None:
+            fr.pause_done()
+        else:
+            self._due = False
 
 
 def active() -> Optional[Pacer]:
+    """The pacer of this thread's Python readers (None: they do not pace)."""
     return getattr(_local, "pacer", None)

@@ -20,6 +20,7 @@ from specmon.load import loop as load_loop
 from specmon.load import native
 from specmon.load.client import GenerateClient, RequestOutcome
 from specmon.load.loop import LoadLoop
+from specmon.load.pacing import Pacer
 from specmon.load.workload import Workload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel stamps: Linux")
@@ -133,7 +134,7 @@ def test_the_pause_is_a_share_of_the_chunk_gaps(monkeypatch):
     # the server wrote a round to all streams within a few ms, GAP_S after the last round
     # (the estimate may step down 10 % for a round the scheduler delayed, never far)
     assert load.chunk_gap_s is not None and 0.06 <= load.chunk_gap_s <= GAP_S + 0.05, load.chunk_gap_s
-    assert load.pause_s == load_loop.pace_pause(load.chunk_gap_s)  # the C pacer's rule is pace_pause's
+    assert load.pause_s == load_loop.pace_pause(load.chunk_gap_s)  # the pacer's rule is pace_pause's
     assert load.pause_s == pytest.approx(load.chunk_gap_s / 2)
     for s, o in enumerate(outs):
         assert [n for _, n in o.token_events] == [1, 1, 1, 1, 1]  # no two chunks in one read
@@ -160,24 +161,32 @@ def test_pacing_off_pauses_nothing():
         load.stop()
 
 
-@needs_c
-def test_the_pacer_pauses_its_shortest_before_any_gap_and_is_set_only_to_a_pacer():
-    fr = native.fastread
+def test_the_pacer_pauses_its_shortest_before_any_gap():
+    # One pacer for either reader: its pause, rule and figures are Python's (pacing.py).
     loop = asyncio.new_event_loop()
+    pacer = Pacer(loop, 0.002, 0.004, 0.5)
     try:
-        pacer = fr.Pacer(loop, 0.002, 0.004, 0.5)
+        pacer.start()  # this thread's readers have seen no gap
         assert (pacer.pauses, pacer.pause_s, pacer.chunk_gap_s) == (0, 0.0, None)
-        fr.reset_chunk_gap()  # this thread's readers have seen no gap
         t = time.perf_counter()
-        pacer.pause()
+        pacer._pause()
         assert time.perf_counter() - t >= 0.002
         assert (pacer.pauses, pacer.pause_s, pacer.chunk_gap_s) == (1, 0.002, None)
-        with pytest.raises(TypeError):
-            fr.set_pacer(lambda: None)
         with pytest.raises(ValueError):
-            fr.Pacer(loop, 0.0, 0.004, 0.5)
+            Pacer(loop, 0.0, 0.004, 0.5)
     finally:
+        pacer.stop()
         loop.close()
+
+
+@needs_c
+def test_the_c_reader_asks_for_a_pause_only_with_a_loop_and_a_callable():
+    fr = native.fastread
+    for args in ((None, lambda: None), (asyncio, None), (asyncio, 3)):
+        with pytest.raises(TypeError):
+            fr.set_pacer(*args)
+    fr.set_pacer(None, None)
+    fr.pause_done()
 
 
 def test_the_load_threads_cpu_is_read_at_once_from_another_thread():
