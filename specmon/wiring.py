@@ -36,7 +36,7 @@ from specmon.urls import is_loopback, normalize_url
 
 if TYPE_CHECKING:
     from specmon.exporter import Exporter
-    from specmon.load.workload import Workload
+    from specmon.load import Workload
     from specmon.plan import RampPlan
     from specmon.servers.layout import Layout
     from specmon.session.live import LiveSession
@@ -179,7 +179,7 @@ def gateway_fleets(arms: list[ArmSpec], *, discover: bool = True, metrics_url: O
 def load_workload(plan: RampPlan) -> "Workload":
     """The plan's prompts, read now: a bad dataset is exit 2 before anything starts or is sent.
     Bad lines are named on stderr (the first few) and counted."""
-    from specmon.load.workload import Workload
+    from specmon.load import Workload
 
     workload = Workload.from_plan(plan)
     skipped = workload.skipped
@@ -393,7 +393,7 @@ def _run_layout(layout, supervisor, plan, workload, out_dir, headless, interval,
                                    metrics_url=supervisor.gateway_metrics_url,
                                    admin_key_env=supervisor.gateway_key_env,
                                    names={a.url: a.name for a in arms if a.fleet == supervisor.fleet_name}))
-    context = LaunchContext(layout=_without_keys(layout.model_dump(mode="json", exclude={"source"})),
+    context = LaunchContext(layout=_without_keys(layout.as_dict()),
                             layout_file=layout.source, logs_dir=str(supervisor.log_dir),
                             gateway=supervisor.gateway_binary)
     live = LiveSession(

@@ -34,7 +34,7 @@ from specmon.wiring import (
 )
 
 if TYPE_CHECKING:
-    from specmon.load.trace import Trace
+    from specmon.load import Trace
 
 
 def _values(args) -> dict:
@@ -73,7 +73,7 @@ def plan_and_trace(args) -> tuple[RampPlan, Optional["Trace"]]:
     values.update(trace=spec, trace_speed=speed if speed is not None else 1.0, rates=[1.0])
     plan = build_plan(values)  # every flag checked before the file is read
 
-    from specmon.load.trace import trace_from_plan, warn_skipped
+    from specmon.load import trace_from_plan, warn_skipped
 
     trace = trace_from_plan(plan)
     warn_skipped(trace, lambda line: print(line, file=sys.stderr))

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Coroutine, Optional
 
 from specmon.analysis.stats import percentile
-from specmon.load import pacing
+from specmon.load import native, pacing
+from specmon.model import LoadClientStats, PacerStats
 
 try:
     import uvloop
@@ -44,6 +46,14 @@ def pace_pause(gap: Optional[float]) -> float:
     """The pause after a pass, from the chunk gaps' 1st percentile so far (None: none seen yet):
     the pacer's rule (pacing.py) with the load loop's bounds."""
     return pacing.pause_for(gap, PACE_PAUSE_S, PACE_PAUSE_MAX_S, PACE_GAP_SHARE)
+
+
+@dataclass(frozen=True)
+class LevelMeter:
+    """The load loop's counters at a level's start (LoadLoop.begin_level)."""
+
+    cpu_s: float
+    pauses: int
 
 
 class LoadLoop:
@@ -129,6 +139,29 @@ class LoadLoop:
             self._pacer.start()  # a new level: its own streams' gaps
         else:
             self._pacer.stop()
+
+    # ---- a level's figures ----------------------------------------------------------------------
+    def begin_level(self) -> LevelMeter:
+        """A level starts: its lag samples from now, its CPU and pauses counted from here."""
+        self.lag_stats(reset=True)
+        return LevelMeter(cpu_s=self.cpu_s, pauses=self.pauses)
+
+    def level_stats(self, since: LevelMeter, *, level: int, offered_concurrency: int, tokens: int) -> LoadClientStats:
+        """What the load thread cost and how it kept pace since `since`, for a level whose
+        requests streamed `tokens` output tokens (the caller adds what it knows of the level:
+        connections, server pace, back-off)."""
+        cpu = self.cpu_s - since.cpu_s
+        lag = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in self.lag_stats().items()}
+        stats = LoadClientStats(level=level, offered_concurrency=offered_concurrency, reader=native.READER,
+                                tokens=tokens, client_cpu_s=round(cpu, 3),
+                                cpu_ms_per_1k_tokens=round(cpu / tokens * 1e6, 3) if tokens else None,
+                                lag_p50_s=lag["lag_p50_s"], lag_p99_s=lag["lag_p99_s"], lag_max_s=lag["lag_max_s"],
+                                lag_samples=lag["lag_samples"])
+        if self.pacing:  # the pacer's pauses this level, the last one's length and its reason
+            gap = self.chunk_gap_s
+            stats.pacer = PacerStats(pauses=self.pauses - since.pauses, pause_ms=round(self.pause_s * 1000, 3),
+                                     chunk_gap_ms=None if gap is None else round(gap * 1000, 3))
+        return stats
 
     # ---- lag ----------------------------------------------------------------------------------
     def start_lag_probe(self) -> None:

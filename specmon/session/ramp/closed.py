@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from specmon import clock
-from specmon.load.client import GenerateClient, RequestOutcome
+from specmon.load import GenerateClient, RequestOutcome
 from specmon.session.folder import public_url
 from specmon.session.ramp.outcomes import Backoff
 from specmon.session.ramp.sending import gather_all

@@ -14,14 +14,10 @@ from specmon.analysis.knee import queue_share, queueing_ttft
 from specmon.analysis.levels import Window, level_result
 from specmon.analysis.search import search_step
 from specmon.errors import UsageError
-from specmon.load import native
-from specmon.load.client import GenerateClient, RequestOutcome
-from specmon.load.loop import LoadLoop
-from specmon.load.trace import Trace, trace_from_plan
-from specmon.load.workload import Workload
+from specmon.load import GenerateClient, LoadLoop, RequestOutcome, Trace, Workload, trace_from_plan
 from specmon.model import (
     ArmBackoff, ArmSpec, KneesSummary, LevelFinished, LevelProgress, LevelResult, LevelStarted, LoadClientStats,
-    PacerStats, RampFinished, RampPlan, RampStarted, RequestFinished,
+    RampFinished, RampPlan, RampStarted, RequestFinished,
 )
 from specmon.session.fleet_ramp import FleetRamp
 from specmon.session.ramp.closed import ClosedLoop
@@ -221,8 +217,7 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
         level = _LevelState([a.name for a in self.arms])
         for client in clients.values():
             await self._load.submit(client.drop_idle())  # idle since the last level: maybe closed
-        cpu0, pauses0 = self._load.cpu_s, self._load.pauses
-        self._load.lag_stats(reset=True)
+        meter = self._load.begin_level()
         loop = asyncio.get_running_loop()
 
         def drain() -> None:  # on the session's loop: the finished requests and notices so far
@@ -319,18 +314,8 @@ class RampDriver(ClosedLoop, OpenLoop, Judge, Sending):
         self.last_outcomes = level.outcomes
         self.last_window = Window(level.window_t0, level.t_stop or t_end)
         tokens = sum(o.completion_tokens or 0 for outs in level.outcomes.values() for o in outs)
-        cpu = self._load.cpu_s - cpu0
-        lag = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in self._load.lag_stats().items()}
-        stats = LoadClientStats(level=i, offered_concurrency=c, reader=native.READER, tokens=tokens,
-                                client_cpu_s=round(cpu, 3),
-                                cpu_ms_per_1k_tokens=round(cpu / tokens * 1e6, 3) if tokens else None,
-                                connect_s=level.connect_s, connections_opened_ahead=level.connected,
-                                lag_p50_s=lag["lag_p50_s"], lag_p99_s=lag["lag_p99_s"], lag_max_s=lag["lag_max_s"],
-                                lag_samples=lag["lag_samples"])
-        if self._load.pacing:  # the pacer's pauses this level, the last one's length and its reason
-            gap = self._load.chunk_gap_s
-            stats.pacer = PacerStats(pauses=self._load.pauses - pauses0, pause_ms=round(self._load.pause_s * 1000, 3),
-                                     chunk_gap_ms=None if gap is None else round(gap * 1000, 3))
+        stats = self._load.level_stats(meter, level=i, offered_concurrency=c, tokens=tokens)
+        stats.connect_s, stats.connections_opened_ahead = level.connect_s, level.connected
         paces = {}
         for arm in self.arms:
             pace = server_pace(self._this_run(level, arm.name)) if arm.name not in self.fleet.gateways else None

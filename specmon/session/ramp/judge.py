@@ -10,7 +10,7 @@ from typing import Optional
 
 from specmon.analysis.knee import knee_level, knees_summary, label_knee, plateau_knee, queueing_knee
 from specmon.analysis.search import level_meets, search_step
-from specmon.load.client import RequestOutcome
+from specmon.load import RequestOutcome
 from specmon.model import ArmSpec, KneeCalled, LevelResult
 from specmon.session.folder import public_url
 from specmon.session.ramp.outcomes import (

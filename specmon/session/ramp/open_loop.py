@@ -10,8 +10,7 @@ from typing import Optional
 
 from specmon import clock
 from specmon.analysis.levels import Window, backlog_trend
-from specmon.load.client import GenerateClient, RequestOutcome
-from specmon.load.workload import arrival_times
+from specmon.load import GenerateClient, RequestOutcome, arrival_times
 from specmon.model import LevelResult
 from specmon.session.folder import public_url
 from specmon.session.ramp.outcomes import _backlog_spans

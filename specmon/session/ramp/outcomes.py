@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
-from specmon.load.client import RequestOutcome, TokenStamps
+from specmon.load import RequestOutcome, TokenStamps
 
 # A stream's wait after a 4xx/5xx or no answer (wall seconds): Retry-After when the server sends
 # one, at most RETRY_AFTER_CAP_S; else BACKOFF_FIRST_S doubling to BACKOFF_MAX_S (README says

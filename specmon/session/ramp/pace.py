@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence
 
-from specmon.load.client import RequestOutcome
+from specmon.load import RequestOutcome
 
 PACE_TOLERANCE = 0.03
 # A level whose pace (server seconds per wall second over the level) is under this share of its

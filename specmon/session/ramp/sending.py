@@ -8,8 +8,7 @@ import asyncio
 from typing import Iterable, Optional
 
 from specmon import clock
-from specmon.load.client import GenerateClient, RequestOutcome
-from specmon.load.workload import Prompt
+from specmon.load import GenerateClient, Prompt, RequestOutcome
 from specmon.session.ramp.state import _LevelState
 
 

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 from specmon import clock
 from specmon.analysis.levels import BacklogTrend
-from specmon.load.client import RequestOutcome
+from specmon.load import RequestOutcome
 
 
 class _LevelState:
