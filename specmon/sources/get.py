@@ -151,7 +151,10 @@ class SourceGet:
         host, port, path = target
         c = self._lean.get((host, port))
         if c is None:
-            c = self._lean[(host, port)] = http.LeanClient(host, port, self.timeout_s, keep_idle=self.keep_idle)
+            # gzip only across a network: on this host inflating costs more CPU than the bytes saved
+            c = self._lean[(host, port)] = http.LeanClient(
+                host, port, self.timeout_s, keep_idle=self.keep_idle,
+                accept_encoding="identity" if is_loopback_url(url) else "gzip")
         path = path or "/"
         if params:
             path += "?" + urlencode(params)  # as httpx writes them

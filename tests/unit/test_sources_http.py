@@ -148,6 +148,19 @@ async def test_framings_and_encodings(framing):
         assert b"accept-encoding: identity" in srv.requests[0].lower()
 
 
+async def test_a_server_across_a_network_is_asked_for_gzip():
+    # SourceGet asks identity of a server on this host and gzip of any other (get.py); the lean
+    # client asked for gzip says so and inflates what comes.
+    body = b'{"status":"success","data":{"result":[]}}' * 2000
+    with RawServer(lambda path: (ok(gzip.compress(body), "Content-Encoding: gzip"), False)) as srv:
+        c = http.LeanClient("127.0.0.1", srv.port, timeout_s=2.0, accept_encoding="gzip")
+        try:
+            assert await c.get("/api/v1/query_range", {}, 2**20) == (200, body)
+        finally:
+            await c.aclose()
+        assert b"\r\naccept-encoding: gzip\r\n" in srv.requests[0].lower() + b"\r\n"
+
+
 async def test_a_connection_the_server_closed_while_idle_is_replaced_silently():
     with RawServer(lambda path: (ok(b"up 1\n"), False)) as srv:
         c = http.LeanClient("127.0.0.1", srv.port, timeout_s=2.0)
