@@ -7,7 +7,8 @@ write on a kept-alive connection and a few bytes.find() calls on what comes back
 
 What it does, and no more: GET with the headers given, Host and `Accept-Encoding: identity`
 for a server on this host (a gzip body costs more to inflate than it saves on loopback) or
-`gzip` for one across a network (a Prometheus range answer shrinks ~5-10x); the answer framed by
+`gzip` for one across a network (Prometheus range answers: 9.8 MiB instead of 48.2 for two
+days of 50 workers); the answer framed by
 Content-Length, chunked transfer coding or the end of the connection; a body that still comes
 gzip- or deflate-encoded is inflated, capped after inflating. Each wait for the server (connect,
 each read) has `timeout_s`. A connection is kept for the next GET when the answer was complete
