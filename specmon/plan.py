@@ -11,20 +11,20 @@ The checks are plain functions in bounds.py (`check_levels`, `check_tokens`, `ch
 the plan (`--interval`, `--duration`, `--speed`, `--isl`), so those follow the same rules with
 the same words.
 
-It is a plain dataclass validated by hand (`__post_init__`, and again on each assignment):
-pydantic cost ~0.1 s of CPU at every start-up, a twentieth of a whole 1,000-stream ramp's. Values
-are read the way a layout writes them (lax, as pydantic's lax mode did): an integral float is an
-integer (`1.0e+11`), a digit string a number, `yes`/`no` a boolean; a boolean is never a number.
-A bad value raises PlanError: its `loc` (`("levels", 1)`) and its words (`expected an integer,
-got 'x'`); build_plan turns it into a UsageError naming the flag or the layout key.
+It is a plain dataclass validated by hand (`__post_init__`, and again on each assignment), each
+value read as layouts read theirs (validation.py: lax, an integral float is an integer
+`1.0e+11`, a digit string a number, `yes`/`no` a boolean); here a boolean is never a number.
+A bad value raises PlanError (validation.Invalid): its `loc` (`("levels", 1)`) and its words
+(`expected an integer, got 'x'`); build_plan turns it into a UsageError naming the flag or the
+layout key.
 """
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, Optional, Union, get_args, get_origin
 
 from specmon.errors import UsageError
+from specmon.validation import Invalid, boolean, integer, number, string, text_of, where  # noqa: F401  (where: re-exported)
 
 from specmon.bounds import (  # noqa: F401  (re-exported: the plan's bounds and checks)
     MAX_LEVEL, MAX_LEVEL_COUNT, MAX_TOKENS, MAX_REQUESTS_PER_LEVEL, MAX_SECONDS, MAX_INTERVAL_S,
@@ -34,19 +34,8 @@ from specmon.bounds import (  # noqa: F401  (re-exported: the plan's bounds and 
     check_rates, check_arrival, check_share, check_category, _short, check_zipf,
 )
 
-
-class PlanError(ValueError):
-    """One bad value of a plan: where (`("levels", 1)`; `()` for the plan as a whole) and what
-    was expected (`expected an integer, got 'x'`)."""
-
-    def __init__(self, loc: tuple, text: str):
-        super().__init__(f"{where(loc)}: {text}" if loc else text)
-        self.loc, self.text = loc, text
-
-
-def where(loc: tuple) -> str:
-    """`("levels", 1)` -> `levels[1]`."""
-    return "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + str(p) for i, p in enumerate(loc))
+# A plan's bad value: its loc (`("levels", 1)`) and its words (the validator's, shared with layouts).
+PlanError = Invalid
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,10 +241,6 @@ def _at(field: str, message: str) -> PlanError:
 # Reading each value (lax, as a layout writes it), then the bounds, then the rules of the whole
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RampPlan))
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-_FALSE = {"0", "off", "f", "false", "n", "no"}
-
-
 def _kind(tp: Any) -> tuple[Any, bool]:
     """A field's type as (what its value is read as, whether None is allowed)."""
     if get_origin(tp) is Union:
@@ -267,52 +252,11 @@ def _kind(tp: Any) -> tuple[Any, bool]:
 _KINDS = {f.name: _kind(f.type) for f in dataclasses.fields(RampPlan)}
 
 
-def _integer(v: Any, loc: tuple) -> int:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise PlanError(loc, f"expected a finite number, got {_short(v)}")
-        if v.is_integer():
-            return int(v)
-    elif isinstance(v, str):
-        try:
-            return int(v)  # "7", " 7 ", "1_000"
-        except ValueError:
-            pass
-    raise PlanError(loc, f"expected an integer, got {_short(v)}")
-
-
-def _number(v: Any, loc: tuple) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            pass
-    raise PlanError(loc, f"expected a number, got {_short(v)}")
-
-
-def _boolean(v: Any, loc: tuple) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, (int, float)) and v in (0, 1):
-        return bool(v)
-    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
-        return v.strip().lower() in _TRUE
-    raise PlanError(loc, f"expected true or false, got {_short(v)}")
-
-
 def _read(name: str, v: Any) -> Any:
     """One field's value as its type, or a PlanError at it."""
     tp, optional = _KINDS[name]
     loc = (name,)
-    if isinstance(v, (bytes, bytearray)):  # YAML's !!binary: read as its text, as pydantic did
-        try:
-            v = v.decode()
-        except UnicodeDecodeError:
-            pass
+    v = text_of(v)  # YAML's !!binary: read as its text, as pydantic did
     if v is None:
         if optional:
             return None
@@ -321,15 +265,13 @@ def _read(name: str, v: Any) -> Any:
     if name in BOUNDS and isinstance(v, bool):  # a layout's `input_len: yes` is never a number
         raise PlanError(loc, f"expected a number, got {v!r}")
     if tp is int:
-        return _integer(v, loc)
+        return integer(v, loc)
     if tp is float:
-        return _number(v, loc)
+        return number(v, loc)
     if tp is bool:
-        return _boolean(v, loc)
+        return boolean(v, loc)
     if tp is str:
-        if isinstance(v, str):
-            return v
-        raise PlanError(loc, f"expected a string, got {_short(v)}")
+        return string(v, loc)
     if name == "rates":  # bounds.check_rates reads the list itself (in _bounded)
         if isinstance(v, (list, tuple)) and len(v) > MAX_LEVEL_COUNT:
             raise PlanError(loc, f"expected at most {MAX_LEVEL_COUNT:,} rates, got {len(v):,}")
@@ -341,7 +283,7 @@ def _read(name: str, v: Any) -> Any:
         raise PlanError(loc, f"expected at most {MAX_LEVEL_COUNT:,} levels, got {len(v):,}")
     if any(isinstance(c, bool) for c in v):
         raise PlanError(loc, f"expected a non-empty list of positive concurrency levels, got {_short(v)}")
-    return [_integer(c, (name, i)) for i, c in enumerate(v)]
+    return [integer(c, (name, i)) for i, c in enumerate(v)]
 
 
 def _bounded(name: str, v: Any) -> Any:
@@ -421,9 +363,9 @@ def plan_from(values: Any) -> RampPlan:
     an unknown key named with the keys there are."""
     if not isinstance(values, dict):
         raise PlanError((), f"expected a mapping, got {_short(values)}")
-    unknown = next((k for k in values if k not in _FIELDS), None)
-    if unknown is not None:
-        raise PlanError((str(unknown),), f"unknown key (expected one of: {', '.join(_FIELDS)})")
+    unknown = [k for k in values if k not in _FIELDS]  # (a YAML `null:` key is one too)
+    if unknown:
+        raise PlanError((str(unknown[0]),), f"unknown key (expected one of: {', '.join(_FIELDS)})")
     return RampPlan(**values)
 
 
