@@ -69,16 +69,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from specmon.errors import UsageError
 from specmon.model import ArmSpec
 from specmon.panes import PANES
-from specmon.bounds import _short
 from specmon.bounds import MIN_INTERVAL_S
-from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, PlanError, RampPlan, plan_from
+from specmon.plan import MAX_INTERVAL_S, MAX_SECONDS, RampPlan, plan_from
 from specmon.urls import normalize_url
+from specmon.validation import Checked, Invalid, field, where as place
 
 SGLANG_COMMAND = ["python", "-m", "sglang.launch_server"]
 COMMAND_ENV = "SPECMON_SGLANG_COMMAND"
@@ -117,62 +115,18 @@ def expand_env(value: Any, env: Optional[dict[str, str]] = None) -> Any:
     return _ENV_REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LaunchSpec(_Strict):
-    flags: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, Any] = Field(default_factory=dict)
-    gpus: Optional[list[int]] = None
-    port: Optional[int] = Field(default=None, ge=1, le=65535)
-    host: str = "127.0.0.1"
-    command: Optional[list[str]] = None
-    startup_timeout_s: Optional[float] = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-
-    @field_validator("flags")
-    @classmethod
-    def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        return flag_names(flags, example="model_path or mem-fraction-static", own=SERVER_OWN_FLAGS,
-                          dicts_ok=True)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, Any]) -> dict[str, str]:
-        out = {}
-        for key, value in env.items():
-            if not isinstance(key, str) or not _ENV_NAME.match(key):
-                raise ValueError(f"expected environment variable names, got {key!r}")
-            if isinstance(value, bool):
-                value = "1" if value else "0"
-            elif isinstance(value, (int, float, str)):
-                value = str(value)
-            else:
-                raise ValueError(f"{key}: expected a string or number, got {value!r}")
-            out[key] = value
-        return out
-
-    @field_validator("gpus")
-    @classmethod
-    def _gpus(cls, gpus: Optional[list[int]]) -> Optional[list[int]]:
-        if gpus is not None and (not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus)):
-            raise ValueError(f"expected a non-empty list of distinct GPU indices >= 0, got {gpus!r}")
-        return gpus
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
-        if command is not None and (not command or not all(command)):
-            raise ValueError("expected a non-empty list of program and arguments, e.g. [python, -m, specmon.servers.sim]")
-        return command
-
-    def flag(self, name: str) -> Any:
-        return self.flags.get(name)
-
-
 # Flags specmon sets itself on a launched server: flag -> where the layout says it instead.
 SERVER_OWN_FLAGS = {"host": "launch.host", "port": "launch.port"}
+GATEWAY_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+# smg launch flags specmon sets itself for a launched gateway ("": derived from gateway.workers)
+GATEWAY_OWN_FLAGS = {"host": "gateway.host", "port": "gateway.port", "prometheus_port": "gateway.metrics_port",
+                     "worker_urls": "", "prefill": "", "decode": "", "pd_disaggregation": "", "prometheus_host": ""}
+PD_ROLES = ("prefill", "decode")
+PORT = {"ge": 1, "le": 65535}
+TIMEOUT = {"gt": 0, "le": MAX_SECONDS}
 
+
+# ---- each field's own check, after its type (ValueError: what was expected) -----------------
 
 def flag_names(flags: dict[str, Any], *, example: str, own: dict[str, str], dicts_ok: bool) -> dict[str, Any]:
     """A layout's `flags:` mapping with names as the program's argparse spells them (`--mem-fraction`
@@ -200,142 +154,141 @@ def _flag_value_ok(value: Any) -> bool:
     return isinstance(value, dict)  # e.g. json_model_override_args: passed as JSON text
 
 
-class ArmLayout(_Strict):
-    name: str
-    attach: Optional[str] = None
+def _server_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    return flag_names(flags, example="model_path or mem-fraction-static", own=SERVER_OWN_FLAGS, dicts_ok=True)
+
+
+def _gateway_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    return flag_names(flags, example="health_check_interval_secs", own=GATEWAY_OWN_FLAGS, dicts_ok=False)
+
+
+def _env(env: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValueError(f"expected environment variable names, got {key!r}")
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, (int, float, str)):
+            value = str(value)
+        else:
+            raise ValueError(f"{key}: expected a string or number, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _gpus(gpus: list[int]) -> list[int]:
+    if not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"expected a non-empty list of distinct GPU indices >= 0, got {gpus!r}")
+    return gpus
+
+
+def _command(command: list[str]) -> list[str]:
+    if not command or not all(command):
+        raise ValueError("expected a non-empty list of program and arguments, e.g. [python, -m, specmon.servers.sim]")
+    return command
+
+
+def _name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(f"expected a name of letters, digits, '.', '_' or '-' (used in file names), got {name!r}")
+    return name
+
+
+def _key_env(name: str) -> str:
+    if not _ENV_NAME.match(name):
+        raise ValueError(f"expected the NAME of an environment variable, got {name!r}")
+    return name
+
+
+def _policy(policy: str) -> str:
+    if policy not in GATEWAY_POLICIES:
+        raise ValueError(f"expected one of {', '.join(GATEWAY_POLICIES)}, got {policy!r}")
+    return policy
+
+
+def _ramp(ramp: Any) -> Optional[RampPlan]:
+    """The plan validates itself (plan.py); its error keeps where in `ramp:` it is."""
+    return ramp if ramp is None or isinstance(ramp, RampPlan) else plan_from(ramp)
+
+
+def _arms(arms: list[ArmLayout]) -> list[ArmLayout]:
+    if not arms:
+        raise ValueError("expected at least one arm")
+    names = [a.name for a in arms]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"expected distinct arm names, {dup[0]!r} appears twice")
+    ports = [a.launch.port for a in arms if a.launch and a.launch.port]
+    dup_ports = sorted({p for p in ports if ports.count(p) > 1})
+    if dup_ports:
+        raise ValueError(f"expected distinct launch ports, {dup_ports[0]} appears twice")
+    return arms
+
+
+def _panes(panes: list[str]) -> list[str]:
+    for p in panes:
+        if p not in PANES:
+            raise ValueError(f"expected pane names from {', '.join(PANES)}, got {p!r}")
+    return panes
+
+
+# ---- the sections (validation.Checked: read in field order, unknown keys refused) ------------
+
+@dataclasses.dataclass(kw_only=True)
+class LaunchSpec(Checked):
+    flags: dict[str, Any] = field(factory=dict, check=_server_flags)
+    env: dict[str, Any] = field(factory=dict, check=_env)
+    gpus: Optional[list[int]] = field(None, check=_gpus)
+    port: Optional[int] = field(None, **PORT)
+    host: str = "127.0.0.1"
+    command: Optional[list[str]] = field(None, check=_command)
+    startup_timeout_s: Optional[float] = field(None, **TIMEOUT)
+
+    def flag(self, name: str) -> Any:
+        return self.flags.get(name)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ArmLayout(Checked):
+    name: str = field(check=_name)
+    attach: Optional[str] = field(None, check=normalize_url)  # ValueError: what was expected
     launch: Optional[LaunchSpec] = None
-    api_key_env: Optional[str] = None
+    api_key_env: Optional[str] = field(None, check=_key_env)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, name: str) -> str:
-        if not _NAME.match(name):
-            raise ValueError(f"expected a name of letters, digits, '.', '_' or '-' (used in file names), got {name!r}")
-        return name
-
-    @field_validator("attach")
-    @classmethod
-    def _attach(cls, url: Optional[str]) -> Optional[str]:
-        return None if url is None else normalize_url(url)  # ValueError: what was expected
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _key_env(cls, name: Optional[str]) -> Optional[str]:
-        if name is not None and not _ENV_NAME.match(name):
-            raise ValueError(f"expected the NAME of an environment variable, got {name!r}")
-        return name
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> "ArmLayout":
+    def rules(self) -> None:
         if (self.attach is None) == (self.launch is None):
             raise ValueError("expected exactly one of 'launch:' (start a server) or 'attach:' (a URL)")
-        return self
 
 
-GATEWAY_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
-# smg launch flags specmon sets itself for a launched gateway ("": derived from gateway.workers)
-GATEWAY_OWN_FLAGS = {"host": "gateway.host", "port": "gateway.port", "prometheus_port": "gateway.metrics_port",
-                     "worker_urls": "", "prefill": "", "decode": "", "pd_disaggregation": "", "prometheus_host": ""}
-PD_ROLES = ("prefill", "decode")
-
-
-class GatewayLayout(_Strict):
-    name: str = "gateway"
+@dataclasses.dataclass(kw_only=True)
+class GatewayLayout(Checked):
+    name: str = field("gateway", check=_name)
     workers: Optional[list[str]] = None
-    policy: Optional[str] = None
-    port: Optional[int] = Field(default=None, ge=1, le=65535)
-    metrics_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    policy: Optional[str] = field(None, check=_policy)
+    port: Optional[int] = field(None, **PORT)
+    metrics_port: Optional[int] = field(None, **PORT)
     host: str = "127.0.0.1"
-    command: Optional[list[str]] = None
-    flags: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, Any] = Field(default_factory=dict)
-    startup_timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, name: str) -> str:
-        return ArmLayout._name(name)
-
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, policy: Optional[str]) -> Optional[str]:
-        if policy is not None and policy not in GATEWAY_POLICIES:
-            raise ValueError(f"expected one of {', '.join(GATEWAY_POLICIES)}, got {policy!r}")
-        return policy
-
-    @field_validator("flags")
-    @classmethod
-    def _flags(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        return flag_names(flags, example="health_check_interval_secs", own=GATEWAY_OWN_FLAGS, dicts_ok=False)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, Any]) -> dict[str, str]:
-        return LaunchSpec._env(env)
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
-        return LaunchSpec._command(command)
+    command: Optional[list[str]] = field(None, check=_command)
+    flags: dict[str, Any] = field(factory=dict, check=_gateway_flags)
+    env: dict[str, Any] = field(factory=dict, check=_env)
+    startup_timeout_s: float = field(120.0, **TIMEOUT)
 
 
-class Layout(_Strict):
+@dataclasses.dataclass(kw_only=True)
+class Layout(Checked):
     name: Optional[str] = None
     description: Optional[str] = None
-    command: Optional[list[str]] = None
-    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    interval_s: float = Field(default=1.0, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, allow_inf_nan=False)
-    arms: list[ArmLayout]
-    ramp: Optional[RampPlan] = None
-    panes: Optional[list[str]] = None
+    command: Optional[list[str]] = field(None, check=_command)
+    startup_timeout_s: float = field(900.0, **TIMEOUT)
+    interval_s: float = field(1.0, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S)
+    arms: list[ArmLayout] = field(check=_arms)
+    ramp: Optional[RampPlan] = field(None, check=_ramp, plain=True)
+    panes: Optional[list[str]] = field(None, check=_panes)
     gateway: Optional[GatewayLayout] = None
     # Where the file was read from (set by load_layout; relative dataset paths resolve against it).
-    source: Optional[str] = Field(default=None, exclude=True)
-
-    @field_validator("ramp", mode="plain")
-    @classmethod
-    def _ramp(cls, ramp: Any) -> Optional[RampPlan]:
-        # The plan validates itself (plan.py); its error keeps where in `ramp:` it is.
-        if ramp is None or isinstance(ramp, RampPlan):
-            return ramp
-        try:
-            return plan_from(ramp)
-        except PlanError as e:
-            raise PydanticCustomError("ramp_plan", "{text}", {"loc": e.loc, "text": e.text}) from None
-
-    @field_serializer("ramp")
-    def _ramp_out(self, ramp: Optional[RampPlan]) -> Optional[dict[str, Any]]:
-        return None if ramp is None else dataclasses.asdict(ramp)
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, command: Optional[list[str]]) -> Optional[list[str]]:
-        return LaunchSpec._command(command)
-
-    @field_validator("arms")
-    @classmethod
-    def _arms(cls, arms: list[ArmLayout]) -> list[ArmLayout]:
-        if not arms:
-            raise ValueError("expected at least one arm")
-        names = [a.name for a in arms]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"expected distinct arm names, {dup[0]!r} appears twice")
-        ports = [a.launch.port for a in arms if a.launch and a.launch.port]
-        dup_ports = sorted({p for p in ports if ports.count(p) > 1})
-        if dup_ports:
-            raise ValueError(f"expected distinct launch ports, {dup_ports[0]} appears twice")
-        return arms
-
-    @field_validator("panes")
-    @classmethod
-    def _panes(cls, panes: Optional[list[str]]) -> Optional[list[str]]:
-        if panes is not None:
-            for p in panes:
-                if p not in PANES:
-                    raise ValueError(f"expected pane names from {', '.join(PANES)}, got {p!r}")
-        return panes
-
+    # A layout may still write it, as it could before (then load_layout sets it anyway).
+    source: Optional[str] = field(None, hidden=True)
     # ----------------------------------------------------------------------------------------
 
     @property
@@ -439,9 +392,9 @@ def parse_layout(text: str, label: str = "<layout>", env: Optional[dict[str, str
     if not isinstance(data, dict):
         raise UsageError(f"{label}: expected a mapping with 'arms:' at the top level, got {_kind(data)}")
     try:
-        layout = Layout.model_validate(data)
-    except ValidationError as e:
-        raise UsageError(f"{label}: {_first_error(e)}") from None
+        layout = Layout.read(data)
+    except Invalid as e:
+        raise UsageError(f"{label}: {place(e.loc) or '(top level)'}: {e.text}") from None
     except RecursionError:
         raise UsageError(f"{label}: nested too deeply") from None
     layout.source = label
@@ -566,93 +519,3 @@ def _kind(value: Any) -> str:
         return "an empty file"
     return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true/false"}.get(
         type(value), type(value).__name__)
-
-
-def _where(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-# pydantic error kinds -> the words a user reads
-EXPECTED = {
-    "int_parsing": "expected an integer", "int_type": "expected an integer", "int_from_float": "expected an integer",
-    "float_parsing": "expected a number", "float_type": "expected a number",
-    "bool_parsing": "expected true or false", "bool_type": "expected true or false",
-    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected a mapping",
-    "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
-    "dataclass_type": "expected a mapping", "dataclass_args_type": "expected a mapping",
-    "missing": "required key is missing", "missing_argument": "required key is missing",
-    "finite_number": "expected a finite number",
-}
-
-
-def error_text(err: dict) -> str:
-    """One pydantic error as `expected ..., got ...` (no location)."""
-    kind, value = err.get("type", ""), err.get("input")
-    if kind == "value_error":
-        return str(err.get("msg", "")).removeprefix("Value error, ")
-    if kind in ("missing", "missing_argument"):
-        return EXPECTED[kind]
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return "unknown key"
-    expected = EXPECTED.get(kind)
-    if expected is None:
-        ctx = err.get("ctx") or {}
-        bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
-                  "less_than_equal": "<= {le}"}
-        if kind in bounds:
-            expected = "expected a value " + bounds[kind].format(**ctx)
-        else:
-            expected = "expected " + str(err.get("msg", "a valid value")).lower().removeprefix("input should be ")
-    return f"{expected}, got {_short(value)}"
-
-
-def _first_error(e: ValidationError) -> str:
-    err = e.errors(include_url=False)[0]
-    loc, kind = tuple(err.get("loc", ())), err.get("type", "")
-    where = _where(loc)
-    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
-        allowed = _allowed_keys(loc[:-1])
-        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
-        return f"{where}: unknown key{hint}"
-    if kind == "ramp_plan":  # the plan's own error, at its place in `ramp:`
-        ctx = err["ctx"]
-        return f"{_where(loc + tuple(ctx['loc']))}: {ctx['text']}"
-    return f"{where}: {error_text(err)}"
-
-
-def _fields(model: Any) -> Optional[dict[str, Any]]:
-    """A pydantic model's or pydantic dataclass's fields (None for anything else)."""
-    return getattr(model, "model_fields", None) or getattr(model, "__pydantic_fields__", None)
-
-
-def _allowed_keys(loc: tuple) -> list[str]:
-    model: Any = Layout
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        fields = _fields(model)
-        field = fields.get(part) if fields else None
-        if field is None:
-            return []
-        model = _model_of(field.annotation)
-        if model is None:
-            return []
-    fields = _fields(model)
-    return [k for k in fields if k != "source"] if fields else []
-
-
-def _model_of(annotation: Any) -> Any:
-    args = getattr(annotation, "__args__", None)
-    if isinstance(annotation, type) and (issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)):
-        return annotation
-    for a in args or ():
-        found = _model_of(a)
-        if found is not None:
-            return found
-    return None

@@ -137,8 +137,6 @@ def to_plain(v: Any) -> Any:
             x = getattr(v, name)
             out[name] = x if type(x) in _PLAIN else to_plain(x)
         return out
-    if hasattr(v, "model_dump") and callable(v.model_dump):  # a pydantic settings model
-        return to_plain(v.model_dump(mode="python"))
     if isinstance(v, dict):
         return {str(k): to_plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -195,8 +193,6 @@ def build(tp: Any, v: Any) -> Any:
         kwargs = {f.name: build(hints.get(f.name, Any), v[f.name]) for f in dataclasses.fields(tp)
                   if f.init and f.name in v}
         return tp(**kwargs)
-    if isinstance(tp, type) and hasattr(tp, "model_validate"):  # pydantic
-        return tp.model_validate(v)
     if tp is float and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     return v

@@ -134,7 +134,7 @@ def check_layout(text: str) -> None:
         argv = build_argv(layout, arm, 12345, env=ENV)
         assert all(isinstance(a, str) for a in argv)
         build_env(arm, {"PATH": "/bin"})
-    json.dumps(layout.model_dump(mode="json", exclude={"source"}))
+    json.dumps(layout.as_dict())
 
 
 @settings(FUZZ, max_examples=1000)
@@ -225,7 +225,7 @@ def check_command_line(argv: list[str]) -> None:
             arms_from_args(args.urls, args.name, args.api_key_env)
             assert math.isfinite(args.interval) and (args.duration is None or math.isfinite(args.duration))
         elif args.command == "demo":
-            layout = DEMO.model_copy(deep=True)
+            layout = copy.deepcopy(DEMO)
             apply_overrides(layout, levels=args.levels, speed=args.speed, level_duration=args.level_duration,
                             slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot)
             plan = layout.plan()
