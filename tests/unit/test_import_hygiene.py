@@ -42,15 +42,26 @@ def test_import_linter_contract_holds():
     assert "5 kept, 0 broken" in p.stdout
 
 
-def test_a_ramp_from_the_command_line_leaves_pydantic_out():
-    # The plan validates itself (plan.py): pydantic's import was ~0.1 s of CPU at every start,
-    # a twentieth of a whole 1,000-stream ramp's. Only layout files (servers/layout.py) use it.
-    code = ("import sys\n"
-            "from specmon.cli import build_parser\n"
-            "from specmon.commands.ramp import plan_from_args\n"
-            "import specmon.headless, specmon.session.live, specmon.session.ramp, specmon.wiring\n"
-            "plan = plan_from_args(build_parser().parse_args(['ramp', 'http://127.0.0.1:1', '--levels', '2,4']))\n"
-            "assert plan.levels == [2, 4], plan\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))\n")
+def _imports_no_pydantic(code: str) -> None:
+    # pydantic's import was ~0.1 s of CPU at every start, a twentieth of a whole 1,000-stream
+    # ramp's: the plan and layouts validate themselves (validation.py)
+    code = "import sys\n" + code + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))\n"
     p = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
+def test_a_ramp_from_the_command_line_leaves_pydantic_out():
+    _imports_no_pydantic("from specmon.cli import build_parser\n"
+                         "from specmon.commands.ramp import plan_from_args\n"
+                         "import specmon.headless, specmon.session.live, specmon.session.ramp, specmon.wiring\n"
+                         "plan = plan_from_args(build_parser().parse_args(['ramp', 'http://127.0.0.1:1', '--levels', '2,4']))\n"
+                         "assert plan.levels == [2, 4], plan\n")
+
+
+def test_a_launch_reading_its_layout_leaves_pydantic_out():
+    # what `specmon launch` and `specmon demo` import before anything starts, and the layout they read
+    _imports_no_pydantic("import specmon.commands.launch, specmon.commands.demo, specmon.servers.launch.supervisor\n"
+                         "from specmon.servers.layout import load_layout\n"
+                         "layout, _ = load_layout('layouts/demo.yaml')\n"
+                         "assert layout.ramp is not None and len(layout.arms) == 2, layout\n"
+                         "layout.as_dict()\n")
