@@ -198,7 +198,7 @@ class Checked:
         names = {f.name for f in dataclasses.fields(cls)}
         values = _read_fields(cls, {k: v for k, v in data.items() if isinstance(k, str) and k in names}, loc)
         for key in data:
-            if not isinstance(key, str):
+            if not isinstance(key, str):  # (the words layouts had from pydantic, kept)
                 raise Invalid(loc + (key_loc(key),), f"expected keys should be strings, got {_short(key)}")
             if key not in names:
                 raise Invalid(loc + (key,), f"unknown key (expected one of: {', '.join(keys_of(cls))})")
