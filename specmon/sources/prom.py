@@ -119,9 +119,9 @@ class MetricsSnapshot:
         # Series that differ only by a label that cuts the quantity into parts (0.5.23's
         # is_streaming, engine_type: sglang_names.SPLIT_LABELS) are its parts: their sum.
         first = _without_split(plain[0][0])
-        v = math.fsum(x for lab, x in plain if _without_split(lab) == first) if len(plain) > 1 else plain[0][1]
+        v = finite_sum([x for lab, x in plain if _without_split(lab) == first]) if len(plain) > 1 else plain[0][1]
         # NaN or +-Inf: no quantity read from /metrics is infinite, so it is not known.
-        return v if math.isfinite(v) else None
+        return v if v is not None and math.isfinite(v) else None
 
     def dp_total(self, name: str, **match: str) -> Optional[float]:
         """`name` summed over its data-parallel ranks (each rank's series as `value` picks it: tp,
@@ -157,11 +157,11 @@ class MetricsSnapshot:
         # Keep the label set (minus `le`) of the first row: other label sets would be other
         # series, except those that differ only by a SPLIT_LABELS label: parts of the same
         # histogram (0.5.23's is_streaming), whose buckets add up.
-        key = _split_free(_bucket_key(rows[0][0])[0])
+        key = _bucket_key(rows[0][0])[3]
         parts: dict[tuple, list[tuple[float, float]]] = {}
         for lab, v in rows:
-            k, bound, _ = _bucket_key(lab)
-            if bound is not None and _split_free(k) == key:
+            k, bound, _, free = _bucket_key(lab)
+            if bound is not None and free == key:
                 parts.setdefault(k, []).append((bound, v))
         layouts = {tuple(sorted(b for b, _ in p)) for p in parts.values()}
         if len(layouts) > 1:
@@ -184,9 +184,9 @@ class MetricsSnapshot:
         """The sum of `name` over the series whose label sets are `keys` (a histogram's parts);
         None when one is missing or not finite."""
         got = [v for lab, v in self._series.get(name, ()) if _bucket_key(lab)[0] in keys]
-        if len(got) != len(keys) or not all(math.isfinite(v) for v in got):
+        if len(got) != len(keys):
             return None
-        return math.fsum(got)
+        return finite_sum(got)
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count")
@@ -387,6 +387,16 @@ def _keep_lines(text: str, only: Optional[frozenset[str]]) -> str:
     return "\n".join(kept)
 
 
+def finite_sum(values: list[float]) -> Optional[float]:
+    """The exact sum of values, None when it is not a finite number: a value is NaN or infinite
+    (math.fsum raises for +Inf and -Inf together) or the sum overflows (fsum raises for that too)."""
+    try:
+        total = math.fsum(values)
+    except (ValueError, OverflowError):
+        return None
+    return total if math.isfinite(total) else None
+
+
 def _without_split(labels: dict[str, str]) -> tuple:
     return tuple(sorted((k, v) for k, v in labels.items() if k not in SPLIT_LABELS))
 
@@ -419,21 +429,22 @@ def _pick_rank0(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str
 
 
 # label set (its items, in order) -> (the set without `le`, sorted; le's bound or None without le;
-# whether every rank label it has is "0"): a histogram's rows are read once per scrape and per
-# window base, their label sets every time
-_BUCKET_KEYS: dict[tuple, tuple[tuple, Optional[float], bool]] = {}
+# whether every rank label it has is "0"; the set without `le` and SPLIT_LABELS): a histogram's
+# rows are read once per scrape and per window base, their label sets every time
+_BUCKET_KEYS: dict[tuple, tuple[tuple, Optional[float], bool, tuple]] = {}
 _BUCKET_KEYS_MAX = 50_000
 
 
-def _bucket_key(labels: dict[str, str]) -> tuple[tuple, Optional[float], bool]:
+def _bucket_key(labels: dict[str, str]) -> tuple[tuple, Optional[float], bool, tuple]:
     items = tuple(labels.items())
     try:
         return _BUCKET_KEYS[items]
     except KeyError:
         pass
     le = labels.get("le")
-    got = (_key_without(labels, "le"), _le(le) if le is not None else None,
-           all(labels.get(k) in ("0", None) for k in _RANK_LABELS))
+    key = _key_without(labels, "le")
+    got = (key, _le(le) if le is not None else None, all(labels.get(k) in ("0", None) for k in _RANK_LABELS),
+           _split_free(key))
     if len(_BUCKET_KEYS) >= _BUCKET_KEYS_MAX:
         _BUCKET_KEYS.clear()
     _BUCKET_KEYS[items] = got

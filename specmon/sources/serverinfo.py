@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from specmon.model import ArmInfo, RankReading, kv_usage_of
 from specmon.sources import sglang_names as names
+from specmon.sources.prom import finite_sum
 
 _INT_LIMIT = 2**63  # past any field SGLang reports; a bigger integer is not a reading
 
@@ -129,7 +130,7 @@ def _graph_gb(v: Any) -> Optional[float]:
     target_verify, draft_*), summed; None when no part is a number."""
     if isinstance(v, dict):
         parts = [f for f in map(_float, v.values()) if f is not None]
-        return math.fsum(parts) if parts else None
+        return finite_sum(parts) if parts else None  # None too for parts that overflow
     return _float(v)
 
 

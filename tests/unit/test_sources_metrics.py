@@ -232,3 +232,20 @@ def test_parts_split_by_is_streaming_add_up_and_rank_copies_do_not():
     h = snap.histogram("ttft_seconds")
     assert h.buckets == ((0.1, 1.0), (1.0, 5.0), (math.inf, 6.0)) and (h.sum, h.count) == (4.0, 6.0)
     assert snap.histogram("odd") is None
+
+
+@pytest.mark.parametrize("a, b", [("+Inf", "-Inf"), ("1e308", "1e308"), ("NaN", "1")])
+def test_parts_whose_sum_is_no_number_are_unknown(a, b):
+    """Parts of one figure (split by is_streaming) that are +Inf and -Inf, or whose sum
+    overflows, made math.fsum raise inside a scrape: the figure is unknown instead, and so is a
+    histogram's sum or count made of such parts."""
+    body = (f'sglang:num_requests_total{{is_streaming="true"}} {a}\n'
+            f'sglang:num_requests_total{{is_streaming="false"}} {b}\n'
+            + "".join(f'sglang:ttft_seconds_bucket{{is_streaming="{p}",le="{le}"}} 1\n'
+                      for p in ("true", "false") for le in ("1", "+Inf"))
+            + f'sglang:ttft_seconds_sum{{is_streaming="true"}} {a}\nsglang:ttft_seconds_sum{{is_streaming="false"}} {b}\n'
+            'sglang:ttft_seconds_count{is_streaming="true"} 1\nsglang:ttft_seconds_count{is_streaming="false"} 1\n')
+    snap = MetricsSnapshot.parse(body, ts=0.0)
+    assert snap.value("num_requests_total") is None
+    h = snap.histogram("ttft_seconds")
+    assert h.buckets == ((1.0, 2.0), (math.inf, 2.0)) and (h.sum, h.count) == (None, 2.0)
