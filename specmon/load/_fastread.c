@@ -364,8 +364,13 @@ static int poller_watch(Poller *p, int on) {
  * empty: the kernel's polling was ~7.5 % of the load thread at 1,000 streams, a third less
  * edge-triggered (perf, one run each). What edge triggering asks in return: a socket that may
  * still hold bytes after a pass is put back on the ready list by rearm() (a read that filled
- * the buffer; the sockets a pass that raised did not read). */
-#define POLLER_EVENTS (EPOLLIN | EPOLLET)
+ * the buffer; the sockets a pass that raised did not read; one whose peer has closed, below).
+ * EPOLLRDHUP: the peer's close (or a reset, EPOLLHUP/EPOLLERR) can come in the same edge as the
+ * last bytes, and one read takes the bytes alone; with no edge to come the close went unseen
+ * and the request waited for its timeout (a server that died mid-response). A pass re-arms
+ * such a socket after its read, so the next pass reads the end. */
+#define POLLER_EVENTS (EPOLLIN | EPOLLRDHUP | EPOLLET)
+#define POLLER_HANGUP (EPOLLRDHUP | EPOLLHUP | EPOLLERR)
 
 static int poller_ctl(Poller *p, Reader *r, int op) {
     struct epoll_event ev;
@@ -881,10 +886,13 @@ static PyObject *Poller_ready(Poller *self, PyObject *Py_UNUSED(ignored)) {
         Py_INCREF((PyObject *)evs[i].data.ptr);
     int i = 0;
     for (; i < n; i++) {
-        PyObject *r = read_once((Reader *)evs[i].data.ptr);
+        Reader *rd = (Reader *)evs[i].data.ptr;
+        PyObject *r = read_once(rd);
         if (r == NULL)
             break;
         Py_DECREF(r);
+        if (evs[i].events & POLLER_HANGUP)
+            rearm(rd); /* the end may wait behind the bytes just read (a closed reader: skipped) */
     }
     for (int j = i + 1; j < n; j++)
         rearm((Reader *)evs[j].data.ptr); /* not read: reported again by the next pass */

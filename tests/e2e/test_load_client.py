@@ -2,10 +2,14 @@
 
 import asyncio
 import re
+import socket
+import threading
 import time
 
+import pytest
 
 from helpers.simproc import start_sim
+from specmon.load import client as client_module
 from specmon.load.client import GenerateClient
 from specmon.load.workload import Workload
 from helpers.streams import captured_stream, feed_stream
@@ -144,3 +148,55 @@ def test_sse_events_in_other_legal_shapes_read_the_same():
         o, conn = feed_stream(other, cuts)
         assert (o.status, o.rid, o.events, [n for _, n in o.token_events], o.completion_tokens) == want, cuts
         assert conn.reusable()
+
+
+class _CutServer(threading.Thread):
+    """Answers one /generate with the head and one event of a stream, then closes at once: the
+    bytes and the close reach the client together, as when a server dies mid-response."""
+
+    def __init__(self, delay_s: float):
+        super().__init__(daemon=True)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.delay_s = delay_s
+
+    def run(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(65536)
+            time.sleep(self.delay_s)  # the client's loop is busy now: it reads both at once after
+            event = b'data: {"text":"a","output_ids":[1],"meta_info":{"id":"x","completion_tokens":1}}\n\n'
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                         + b"%x\r\n%s\r\n" % (len(event), event))
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reader", ["C", "Python"])
+def test_a_close_that_arrives_with_the_last_bytes_ends_the_request(reader, monkeypatch):
+    """Bytes and the end of the connection waiting together: one read takes the bytes, and the
+    close must still be seen (an edge-triggered poll reports both once). Unseen, the request
+    hung until its timeout and a ramp whose server died waited that long to end its level."""
+    if reader == "C" and client_module._fastread is None:
+        pytest.skip("the C reader is not built here")
+    if reader == "Python":
+        monkeypatch.setattr(client_module, "_fastread", None)
+    server = _CutServer(delay_s=0.15)
+    server.start()
+
+    async def main():
+        c = GenerateClient(server.url, max_concurrency=1, timeout_s=60)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, time.sleep, 0.4)  # busy while the server answers and closes
+        try:
+            return await asyncio.wait_for(send(c, Workload(input_len=8, seed=1).prompt(0), 4), 10)
+        finally:
+            await c.aclose()
+
+    t0 = time.monotonic()
+    o = asyncio.run(main())
+    assert time.monotonic() - t0 < 3
+    assert o.status == "error" and o.error.startswith("ReadError"), o.error
+    assert len(o.token_events) == 1
+    server.join(5)
