@@ -847,7 +847,7 @@ class GenerateClient:
         self.connect_timeout_s = connect_timeout_s
         self.connections_opened = 0
         # the requests in flight, for the timeout sweep (_sweep), every _sweep_every seconds,
-        # each with its stamp when it went in flight (oldest first: dicts keep their order)
+        # each with its stamp when it went in flight (the sweep's bound: no activity before it)
         self._active: dict[_Exchange, float] = {}
         self._sweeper: Optional[asyncio.TimerHandle] = None
         self._sweep_every = min(1.0, timeout_s / 4)
