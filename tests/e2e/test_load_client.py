@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from helpers.loopback_http import STREAM_HEAD, chunk, read_request
 from helpers.simproc import start_sim
 from specmon.load import client as client_module
 from specmon.load.client import GenerateClient
@@ -163,13 +164,10 @@ class _CutServer(threading.Thread):
     def run(self):
         conn, _ = self.sock.accept()
         with conn:
-            got = b""
-            while b"\r\n\r\n" not in got:
-                got += conn.recv(65536)
+            read_request(conn)
             time.sleep(self.delay_s)  # the client's loop is busy now: it reads both at once after
             event = b'data: {"text":"a","output_ids":[1],"meta_info":{"id":"x","completion_tokens":1}}\n\n'
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-                         + b"%x\r\n%s\r\n" % (len(event), event))
+            conn.sendall(STREAM_HEAD + chunk(event))
         self.sock.close()
 
 
